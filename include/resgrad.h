@@ -1,0 +1,377 @@
+/*
+ * resgrad.h - the one public header of resgrad, and its manual.
+ *
+ * resgrad trains neural networks with every value resident on the device (a GPU, or the
+ * CPU when there is none). Operations look eager but only *record*: each returns at once
+ * with a pending handle whose memory is already reserved. The first read of any value is a
+ * barrier that runs everything recorded so far, in program order, exactly once. A training
+ * step is one upload of the batch, one graph, and one 4-byte download of the loss.
+ *
+ * Conventions that hold for every function below unless its comment says otherwise:
+ *  - The context is the first argument. A context is used by one thread at a time; two
+ *    contexts are independent and may be used from two threads.
+ *  - Functions returning rg_status return RG_OK or a negative code; the message is
+ *    available from rg_errmsg (sticky: the first error since rg_clear_error).
+ *  - Functions returning rg_tensor return RG_NONE on error and set the sticky error.
+ *    An op given RG_NONE returns RG_NONE and keeps the first error, so a chain of ops can
+ *    be checked once at its end.
+ *  - Nothing here ever exits or aborts on a condition the caller can cause. After any
+ *    error the context keeps working.
+ *  - "Records" means the call appends work to the queue and does not run it. "Barrier"
+ *    means the call first runs everything queued.
+ *  - Shapes have 0 to RG_MAX_DIMS axes. Axis arguments may be negative (-1 = last axis).
+ *  - All memory the library owns is released by rg_close; no returned pointer needs free.
+ */
+#ifndef RESGRAD_H
+#define RESGRAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(RG_BUILD_SHARED)
+#define RG_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define RG_API __attribute__((visibility("default")))
+#else
+#define RG_API
+#endif
+
+#define RG_VERSION_MAJOR 0
+#define RG_VERSION_MINOR 1
+#define RG_VERSION_PATCH 0
+#define RG_VERSION_STRING "0.1.0"
+/* The library's version at run time, "MAJOR.MINOR.PATCH"; compare with RG_VERSION_STRING
+   to detect a header/library mismatch. */
+RG_API const char *rg_version(void);
+
+#define RG_MAX_DIMS 4
+#define RG_ALL_AXES (-1000) /* reduce over every axis (rg_sum, rg_mean, rg_max) */
+
+typedef struct rg_ctx rg_ctx;                         /* one device: pools, queue, tape, stats */
+typedef struct rg_tensor { uint64_t id; } rg_tensor;  /* a value; {0} is RG_NONE */
+typedef struct rg_optim rg_optim;
+#define RG_NONE ((rg_tensor){0})
+
+typedef enum rg_status { /* values pinned forever */
+  RG_OK = 0,
+  RG_ERR_MISUSE = -1,      /* bad argument: NULL, wrong shape/dtype, wrong state */
+  RG_ERR_STALE = -2,       /* handle from a pool generation that was reset, or forged */
+  RG_ERR_OOM = -3,         /* a pool budget or the machine ran out; nothing was allocated */
+  RG_ERR_DEVICE = -4,      /* the device reported a fault */
+  RG_ERR_NONFINITE = -5,   /* a NaN or Inf where finite values were promised */
+  RG_ERR_IO = -6,          /* file missing, unreadable, corrupt or for another model */
+  RG_ERR_UNSUPPORTED = -7, /* not available in this build or on this device */
+  RG_ERR_FAILED = -8       /* the value was pending in a drain that failed */
+} rg_status;
+
+typedef enum rg_device { RG_DEVICE_AUTO = 0, RG_DEVICE_CPU = 1, RG_DEVICE_CUDA = 2 } rg_device;
+typedef enum rg_dtype { RG_F32 = 0, RG_BF16 = 1, RG_I32 = 2 } rg_dtype;
+typedef enum rg_pool { RG_POOL_PASS = 0, RG_POOL_PERSISTENT = 1 } rg_pool;
+
+enum { RG_INIT_ZEROS = 0, RG_INIT_ONES, RG_INIT_NORMAL, RG_INIT_UNIFORM, RG_INIT_CONST };
+/* How rg_param fills a new parameter. {0} is zeros. NORMAL: mean 0, std a (b is an added
+   mean). UNIFORM: in [a, b). CONST: every element a. Random values come from the context
+   seed and the parameter's creation index, so a model built twice with one seed is equal. */
+typedef struct rg_init { int kind; float a, b; } rg_init;
+
+/* Options for rg_open. A zero-initialised struct (or NULL) gives the defaults. */
+typedef struct rg_options {
+  rg_device device;        /* AUTO: CUDA when a GPU is present, else CPU with a notice */
+  int device_index;        /* which GPU (CUDA only) */
+  size_t pass_budget;      /* bytes the pass pool may hold; 0 = unlimited (what there is) */
+  size_t persistent_budget;/* bytes the persistent pool may hold; 0 = unlimited */
+  int check;               /* 1: run each op as it is recorded, so errors surface at their
+                              call (slow; for debugging). Env RG_CHECK=1 does the same. */
+  size_t max_queued;       /* growth guard: past this many queued nodes a barrier runs
+                              (counted in stats); 0 = 1<<20 */
+  uint64_t seed;           /* parameter init and dropout; 0 means seed 0 (deterministic) */
+  int threads;             /* CPU threads for kernels; 0 = all cores */
+  int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback) */
+} rg_options;
+
+/* ---- context and errors ---------------------------------------------------------- */
+
+/* Opens a context on the device opt asks for. On success *ctx is set and RG_OK returned.
+   On failure *ctx is NULL and the status says why (RG_ERR_UNSUPPORTED for CUDA asked of a
+   build or machine without it, RG_ERR_OOM, RG_ERR_MISUSE for ctx == NULL). Not a barrier. */
+RG_API rg_status rg_open(rg_ctx **ctx, const rg_options *opt);
+/* Runs pending work (barrier), frees everything the context owns, including optimizers
+   not yet freed. NULL is fine. Returns the status of that last drain; the context is
+   freed either way and must not be used again. */
+RG_API rg_status rg_close(rg_ctx *ctx);
+/* First error since the last rg_clear_error (sticky), RG_OK if none. NULL ctx: MISUSE. */
+RG_API rg_status rg_error(const rg_ctx *ctx);
+/* Message of that error, owned by ctx, valid until the next clear or close; "" if none.
+   It names the call, the label in force, the operand and says what to do. */
+RG_API const char *rg_errmsg(const rg_ctx *ctx);
+RG_API void rg_clear_error(rg_ctx *ctx);
+/* Static name of a status, e.g. "RG_ERR_STALE". Never NULL. */
+RG_API const char *rg_status_str(rg_status s);
+/* "cpu" or e.g. "cuda:0 (NVIDIA H200)"; owned by ctx. */
+RG_API const char *rg_device_name(const rg_ctx *ctx);
+RG_API rg_device rg_device_kind(const rg_ctx *ctx);
+
+/* Labels name the work recorded under them: every error message and trace about an op
+   recorded while a label is pushed carries the whole stack joined by '/'. The string is
+   copied. Pop without push is ignored. Not barriers. */
+RG_API void rg_label_push(rg_ctx *ctx, const char *label);
+RG_API void rg_label_pop(rg_ctx *ctx);
+
+/* ---- pools, steps and barriers --------------------------------------------------- */
+
+/* Barrier; then frees the pass pool, bumps its generation and clears the autograd tape.
+   Handles from the pass pool become stale. Persistent tensors are untouched. The status
+   is that of the drain; the pass pool is reset even when the drain failed. */
+RG_API rg_status rg_step_begin(rg_ctx *ctx);
+/* Barrier without a read. Returns the drain's status. */
+RG_API rg_status rg_sync(rg_ctx *ctx);
+/* Barrier; then frees the pool and bumps its generation. Resetting the persistent pool
+   also frees every parameter, gradient and optimizer state (optimizers stay allocated
+   but hold no parameters: free them). */
+RG_API rg_status rg_reset(rg_ctx *ctx, rg_pool pool);
+/* Current generation of a pool (starts at 1; 0 for a NULL ctx). */
+RG_API uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool);
+/* Marks training or evaluation (dropout is identity in evaluation). Default: training. */
+RG_API void rg_set_training(rg_ctx *ctx, int training);
+
+/* ---- tensors ----------------------------------------------------------------------- */
+
+/* A per-step input in the pass pool, no gradient. Copies host (size = product of dims
+   times the dtype size) before returning: the caller may reuse its buffer at once. The
+   upload is queued and counted in stats (site RG_SITE_INPUT). host == NULL: MISUSE. */
+RG_API rg_tensor rg_input(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *dims,
+                          const void *host);
+/* A parameter: persistent, requires grad, named (unique, non-empty; checkpoints use the
+   name) and filled as init says. Its gradient buffer is made with it, zeroed. */
+RG_API rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dtype, int ndim,
+                          const int64_t *dims, rg_init init);
+/* Barrier, then copies the tensor's bytes to dst. bytes must equal its size exactly,
+   else MISUSE. A value whose drain failed gives RG_ERR_FAILED with the original message. */
+RG_API rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes);
+/* Barrier, then the single element of a one-element F32 tensor into *out. */
+RG_API rg_status rg_item(rg_ctx *ctx, rg_tensor scalar, float *out);
+/* Barrier (so every queued reader of the old value has run), then overwrites t with src.
+   bytes must equal its size. Counted as site RG_SITE_WRITE. */
+RG_API rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes);
+
+/* Shape queries: O(1), never barriers. A bad handle gives 0 / -1 / RG_F32 / 0 and sets
+   the sticky error (rg_is_live sets none). */
+RG_API int rg_ndim(rg_ctx *ctx, rg_tensor t);
+RG_API int64_t rg_dim(rg_ctx *ctx, rg_tensor t, int axis);
+RG_API int64_t rg_numel(rg_ctx *ctx, rg_tensor t);
+RG_API rg_dtype rg_dtype_of(rg_ctx *ctx, rg_tensor t);
+RG_API int rg_is_live(rg_ctx *ctx, rg_tensor t);
+/* Parameters in creation order: count, the i-th (RG_NONE past the end) and a name
+   (NULL for a non-parameter; owned by ctx). rg_param_find returns RG_NONE if absent
+   without setting an error. */
+RG_API int rg_param_count(rg_ctx *ctx);
+RG_API rg_tensor rg_param_at(rg_ctx *ctx, int i);
+RG_API const char *rg_name(rg_ctx *ctx, rg_tensor t);
+RG_API rg_tensor rg_param_find(rg_ctx *ctx, const char *name);
+
+/* ---- ops ----------------------------------------------------------------------------
+   Every op records one node and returns a pending handle in the pass pool, F32 unless
+   said otherwise. Inputs may come from either pool. Binary elementwise ops broadcast as
+   numpy does (axes aligned from the right, size 1 stretches); gradients of broadcast
+   operands are summed back to their shape. Each op's gradient is listed as "d:". */
+
+/* a+b, a-b, a*b, a/b. d: g, g*b, ... reduced to each operand's shape. */
+RG_API rg_tensor rg_add(rg_ctx *ctx, rg_tensor a, rg_tensor b);
+RG_API rg_tensor rg_sub(rg_ctx *ctx, rg_tensor a, rg_tensor b);
+RG_API rg_tensor rg_mul(rg_ctx *ctx, rg_tensor a, rg_tensor b);
+RG_API rg_tensor rg_div(rg_ctx *ctx, rg_tensor a, rg_tensor b);
+/* x*s. d: g*s. */
+RG_API rg_tensor rg_scale(rg_ctx *ctx, rg_tensor x, float s);
+/* x^p (elementwise; a negative x with a non-integer p gives NaN). d: p*x^(p-1)*g. */
+RG_API rg_tensor rg_pow(rg_ctx *ctx, rg_tensor x, float p);
+/* Elementwise: -x, e^x, ln x, sqrt x, max(x,0), GELU (tanh approximation, as GPT-2),
+   x*sigmoid(x), 1/(1+e^-x), tanh x. relu's gradient at 0 is 0. */
+RG_API rg_tensor rg_neg(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_exp(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_log(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_sqrt(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_relu(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_gelu(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_silu(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_sigmoid(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_tanh(rg_ctx *ctx, rg_tensor x);
+/* min(max(x, lo), hi); lo <= hi else MISUSE. d: g strictly inside (lo, hi), 0 outside. */
+RG_API rg_tensor rg_clamp(rg_ctx *ctx, rg_tensor x, float lo, float hi);
+
+/* Reductions over one axis, or every axis with RG_ALL_AXES (result has 0 axes unless
+   keepdim, which keeps reduced axes with size 1). d: sum broadcasts g; mean g/n; max sends
+   g to the first arg-max. rg_argmax returns I32 indices along axis and has no gradient. */
+RG_API rg_tensor rg_sum(rg_ctx *ctx, rg_tensor x, int axis, int keepdim);
+RG_API rg_tensor rg_mean(rg_ctx *ctx, rg_tensor x, int axis, int keepdim);
+RG_API rg_tensor rg_max(rg_ctx *ctx, rg_tensor x, int axis, int keepdim);
+RG_API rg_tensor rg_argmax(rg_ctx *ctx, rg_tensor x, int axis, int keepdim);
+/* Over the last axis, numerically stable (max subtracted). */
+RG_API rg_tensor rg_softmax(rg_ctx *ctx, rg_tensor x);
+RG_API rg_tensor rg_log_softmax(rg_ctx *ctx, rg_tensor x);
+
+/* Matrix product over the last two axes; leading (batch) axes broadcast. 1-D operands are
+   not promoted: both must have >= 2 axes. [..,M,K] x [..,K,N] -> [..,M,N]. */
+RG_API rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b);
+/* x[..., in] * w[out, in]^T + b[out] (PyTorch layout); b may be RG_NONE. */
+RG_API rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b);
+/* Normalise over the last axis: (x-mean)/sqrt(var+eps)*gamma+beta, var biased.
+   gamma, beta: [C] or RG_NONE. rmsnorm: x/sqrt(mean(x^2)+eps)*gamma. */
+RG_API rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta,
+                              float eps);
+RG_API rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps);
+/* table [V,C] (F32), idx I32 of any shape -> [..idx.., C]. An index outside [0, V) is
+   RG_ERR_MISUSE at the barrier, naming the value; nothing is written. d: scatter-add. */
+RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
+/* softmax(q k^T / sqrt(D) [+ causal mask]) v on [B,H,T,D] (k, v: [B,H,S,D]).
+   causal masks key s > query t (aligned at the start). d: q, k and v. */
+RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
+                              int causal);
+/* Mean cross-entropy of logits [..., C] against I32 targets [...]; a scalar. A target
+   outside [0, C) is RG_ERR_MISUSE at the barrier naming the value. The _ignore variant
+   skips targets equal to ignore_index (mean over the rest; 0 if none). d: logits. */
+RG_API rg_tensor rg_cross_entropy(rg_ctx *ctx, rg_tensor logits, rg_tensor targets);
+RG_API rg_tensor rg_cross_entropy_ignore(rg_ctx *ctx, rg_tensor logits, rg_tensor targets,
+                                         int ignore_index);
+/* Mean squared error, a scalar; shapes must be equal. d: both operands. */
+RG_API rg_tensor rg_mse(rg_ctx *ctx, rg_tensor pred, rg_tensor target);
+
+/* Shape ops copy (a result never aliases its input, so in-place updates of the input
+   cannot change it). reshape: same element count; one dim may be -1 (inferred). */
+RG_API rg_tensor rg_reshape(rg_ctx *ctx, rg_tensor x, int ndim, const int64_t *dims);
+RG_API rg_tensor rg_transpose(rg_ctx *ctx, rg_tensor x, int axis0, int axis1);
+/* perm has rg_ndim(x) entries, a permutation: result axis i is input axis perm[i]. */
+RG_API rg_tensor rg_permute(rg_ctx *ctx, rg_tensor x, const int *perm);
+/* Elements [start, start+len) along axis. */
+RG_API rg_tensor rg_slice(rg_ctx *ctx, rg_tensor x, int axis, int64_t start, int64_t len);
+/* a and b joined along axis; other axes equal. */
+RG_API rg_tensor rg_concat(rg_ctx *ctx, rg_tensor a, rg_tensor b, int axis);
+/* Zeroes each element with probability p and scales the rest by 1/(1-p). The mask comes
+   from a counter-based generator keyed by (seed, step, call index within the step): the
+   same seed and step give the same mask. Identity when not training or p == 0. p in
+   [0,1) else MISUSE. */
+RG_API rg_tensor rg_dropout(rg_ctx *ctx, rg_tensor x, float p);
+/* F32 <-> BF16 (round to nearest even); F32 <-> I32 (truncation toward zero). Gradient
+   flows through float casts. */
+RG_API rg_tensor rg_cast(rg_ctx *ctx, rg_tensor x, rg_dtype dtype);
+/* A copy that does not require grad. */
+RG_API rg_tensor rg_detach(rg_ctx *ctx, rg_tensor x);
+
+/* ---- autograd ------------------------------------------------------------------------ */
+
+/* Records the backward pass of a one-element loss: gradient nodes go through the same op
+   table, so nothing runs until a barrier. Parameter gradients (persistent) accumulate
+   across calls until rg_zero_grad. A loss with more than one element or no gradient
+   path: MISUSE. Not a barrier. */
+RG_API rg_status rg_backward(rg_ctx *ctx, rg_tensor loss);
+/* The gradient of t: for a parameter its persistent buffer; for another tensor the pass
+   gradient the last rg_backward recorded (MISUSE if it recorded none). */
+RG_API rg_tensor rg_grad(rg_ctx *ctx, rg_tensor t);
+/* Records the zeroing of every parameter gradient. Not a barrier. */
+RG_API rg_status rg_zero_grad(rg_ctx *ctx);
+
+/* ---- optimizers ---------------------------------------------------------------------- */
+
+/* Zero fields take the defaults shown. weight_decay is used as given (0 = none). */
+typedef struct rg_adamw_options {
+  float lr;           /* 1e-3 */
+  float beta1, beta2; /* 0.9, 0.999 */
+  float eps;          /* 1e-8 */
+  float weight_decay; /* decoupled: w -= lr*wd*w */
+} rg_adamw_options;
+typedef struct rg_sgd_options {
+  float lr;           /* 1e-2 */
+  float momentum;     /* 0 = plain SGD */
+  float weight_decay; /* L2 added to the gradient: g += wd*w */
+} rg_sgd_options;
+
+/* An optimizer over every parameter that exists now; its state (moments, step count,
+   hyperparameters) lives in the persistent pool. NULL on error (sticky error set). */
+RG_API rg_optim *rg_optim_adamw(rg_ctx *ctx, const rg_adamw_options *opt);
+RG_API rg_optim *rg_optim_sgd(rg_ctx *ctx, const rg_sgd_options *opt);
+/* Records one fused update of every parameter (and, for AdamW, the step count and bias
+   corrections, kept on the device). If rg_clip_grad_norm found a non-finite norm, the
+   update is skipped and weights and moments stay bit-identical. Not a barrier. */
+RG_API rg_status rg_optim_step(rg_optim *opt);
+/* Records a new learning rate; it lives in device memory, so the recorded graph does
+   not change (a 4-byte upload, counted as RG_SITE_OPTIM). */
+RG_API rg_status rg_optim_set_lr(rg_optim *opt, float lr);
+/* Steps taken so far (a barrier: the count lives on the device). */
+RG_API int64_t rg_optim_steps(rg_optim *opt);
+/* Records: total L2 norm of every parameter gradient; when above max_norm, scales the
+   gradients by max_norm/norm. A non-finite norm makes the next rg_optim_step skip its
+   update and the drain report RG_ERR_NONFINITE. No host read. */
+RG_API rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm);
+/* NULL is fine. The state stays in the persistent pool until it is reset. */
+RG_API void rg_optim_free(rg_optim *opt);
+
+/* ---- checkpoints --------------------------------------------------------------------- */
+
+/* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,
+   atomically (temporary file, fsync, rename). */
+RG_API rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt);
+/* Validates the whole file first; on any problem RG_ERR_IO and nothing changes. */
+RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
+
+/* ---- statistics ---------------------------------------------------------------------- */
+
+/* Where bytes cross between host and device. */
+typedef enum rg_site {
+  RG_SITE_INPUT,      /* rg_input (up) */
+  RG_SITE_WRITE,      /* rg_write (up) */
+  RG_SITE_PARAM_INIT, /* rg_param filling (up) */
+  RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads (up/down) */
+  RG_SITE_READ,       /* rg_read, rg_item (down) */
+  RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
+  RG_SITE_COUNT
+} rg_site;
+/* Why a drain ran. */
+typedef enum rg_drain_reason {
+  RG_DRAIN_READ, RG_DRAIN_WRITE, RG_DRAIN_SYNC, RG_DRAIN_STEP, RG_DRAIN_RESET,
+  RG_DRAIN_CLOSE, RG_DRAIN_GUARD, RG_DRAIN_CHECK, RG_DRAIN_SAVE, RG_DRAIN_REASON_COUNT
+} rg_drain_reason;
+
+typedef struct rg_xfer { uint64_t count, bytes; } rg_xfer;
+typedef struct rg_stats {
+  rg_xfer up, down;                     /* totals host->device, device->host */
+  rg_xfer up_site[RG_SITE_COUNT], down_site[RG_SITE_COUNT];
+  uint64_t nodes_recorded, nodes_executed;
+  uint64_t launches;                    /* kernel launches (CPU: kernels run) */
+  uint64_t drains, drain_reason[RG_DRAIN_REASON_COUNT];
+  uint64_t graph_captures, graph_replays, graph_misses;
+  char graph_miss_reason[160];          /* why the last drain was not replayed */
+  size_t pass_bytes, pass_peak;         /* bytes held by tensors now / high-water mark */
+  size_t persistent_bytes, persistent_peak;
+  size_t queue_peak;                    /* most nodes queued at once */
+} rg_stats;
+
+/* Copies the counters into *out. Not a barrier. Peaks survive rg_stats_reset's zeroing
+   of counters only as the current values. */
+RG_API void rg_stats_get(const rg_ctx *ctx, rg_stats *out);
+RG_API void rg_stats_reset(rg_ctx *ctx);
+
+/* ---- gradient checking ------------------------------------------------------------- */
+
+/* Builds a scalar loss from the context's parameters; called many times. */
+typedef rg_tensor (*rg_loss_fn)(rg_ctx *ctx, void *user);
+typedef struct rg_gradcheck_result {
+  double max_abs_err;   /* worst |analytic - numeric| */
+  double max_rel_err;   /* its error relative to max(|analytic|, |numeric|, 1e-3) */
+  int param;            /* parameter index of the worst element */
+  int64_t index;        /* flat element index within it */
+  double analytic, numeric;
+} rg_gradcheck_result;
+/* Compares rg_backward against central differences (x +- eps, accumulated in double) for
+   every element of every F32 parameter (at most max_elems per parameter, 0 = all; a
+   larger parameter is sampled evenly). Parameters are restored exactly afterwards and
+   gradients are zeroed. Runs many barriers. */
+RG_API rg_status rg_gradcheck(rg_ctx *ctx, rg_loss_fn fn, void *user, double eps,
+                              int64_t max_elems, rg_gradcheck_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESGRAD_H */

@@ -1,0 +1,190 @@
+/*
+ * resgrad_nn.h - layers and a GPT model built on resgrad's public API (resgrad.h).
+ *
+ * Nothing here reaches inside the library: every layer is a plain struct of parameter
+ * handles (rg_nn_X), a function that makes them (rg_nn_X_init) and one that records the
+ * layer's ops (rg_nn_X_forward), so whatever resgrad.h promises (recording, barriers,
+ * errors, autograd, checkpoints) holds for these layers unchanged.
+ *
+ *   rg_nn_linear fc;
+ *   if (rg_nn_linear_init(ctx, &fc, "fc1", 784, 256, 1, -1) != RG_OK) fail(rg_errmsg(ctx));
+ *   rg_tensor h = rg_relu(ctx, rg_nn_linear_forward(ctx, &fc, x));
+ *
+ * Conventions (in addition to those of resgrad.h):
+ *  - Parameters are made with rg_param in the persistent pool and named for checkpoints.
+ *    Each *_init takes a name that is prepended verbatim, then '.', to the parameter's own
+ *    name: rg_nn_linear_init(ctx, &l, "h.0.mlp.c_fc", ...) makes "h.0.mlp.c_fc.weight" and
+ *    "h.0.mlp.c_fc.bias". A NULL or empty name gives just "weight"/"bias". Names must be
+ *    unique in a context (rg_param's rule), so two models in one context need two prefixes.
+ *  - Weights use PyTorch's layout [out, in], as torch.nn.Linear. Hugging Face's GPT-2
+ *    checkpoints store c_attn/c_proj/c_fc as Conv1D, [in, out]: transpose those four
+ *    weights when importing from (or exporting to) them. nanoGPT-style checkpoints map as
+ *    they are.
+ *  - Init functions return RG_OK, or an error with the sticky error set: MISUSE for a bad
+ *    argument (NULL struct, non-positive size, dropout outside [0, 1)), else the status
+ *    of the rg_param call that failed (a duplicate name is MISUSE, a full pool OOM).
+ *    Parameters made before a failure stay in the context. They do not barrier. Forward functions record ops and return a pending handle, or RG_NONE
+ *    with the sticky error set; given RG_NONE they return RG_NONE and keep the first
+ *    error, like every op. Misuse detected here (a wrong rank, a sequence longer than the
+ *    model's block) is reported through the sticky error as RG_ERR_MISUSE, the message
+ *    naming the layer and saying what to do.
+ *  - Layer structs are plain values owned by the caller; copying one copies handles, not
+ *    parameters. They stay valid until the persistent pool is reset or the context closed.
+ *  - Dropout uses rg_dropout: identity when p == 0 or when rg_set_training(ctx, 0).
+ *  - Thread-safety is that of the context: one thread at a time.
+ */
+#ifndef RESGRAD_NN_H
+#define RESGRAD_NN_H
+
+#include "resgrad.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- linear -------------------------------------------------------------------------- */
+
+/* y = x w^T + b: w [out, in], b [out] or RG_NONE. */
+typedef struct rg_nn_linear { rg_tensor w, b; } rg_nn_linear;
+/* Makes "<name>.weight" [out, in] and, if bias != 0, "<name>.bias" [out]. Weight init:
+   std > 0: N(0, std); std == 0: zeros; std < 0: torch.nn.Linear's default
+   U(-1/sqrt(in), 1/sqrt(in)) (bias too). The bias is otherwise zero. */
+RG_API rg_status rg_nn_linear_init(rg_ctx *ctx, rg_nn_linear *l, const char *name,
+                                   int64_t in, int64_t out, int bias, float std);
+/* x [..., in] -> [..., out]. */
+RG_API rg_tensor rg_nn_linear_forward(rg_ctx *ctx, const rg_nn_linear *l, rg_tensor x);
+
+/* ---- embedding ----------------------------------------------------------------------- */
+
+typedef struct rg_nn_embedding { rg_tensor w; } rg_nn_embedding; /* [num, dim] */
+/* Makes "<name>.weight" [num, dim] ~ N(0, std) (std == 0: zeros). */
+RG_API rg_status rg_nn_embedding_init(rg_ctx *ctx, rg_nn_embedding *e, const char *name,
+                                      int64_t num, int64_t dim, float std);
+/* idx I32 of any shape -> [...idx..., dim]. An index outside [0, num) fails at the
+   barrier (RG_ERR_MISUSE naming the value), as rg_embedding. */
+RG_API rg_tensor rg_nn_embedding_forward(rg_ctx *ctx, const rg_nn_embedding *e,
+                                         rg_tensor idx);
+
+/* ---- layernorm ----------------------------------------------------------------------- */
+
+typedef struct rg_nn_layernorm { rg_tensor w, b; float eps; } rg_nn_layernorm;
+/* Makes "<name>.weight" [dim] (ones) and "<name>.bias" [dim] (zeros); eps <= 0 means
+   1e-5 (PyTorch's and GPT-2's). */
+RG_API rg_status rg_nn_layernorm_init(rg_ctx *ctx, rg_nn_layernorm *n, const char *name,
+                                      int64_t dim, float eps);
+/* Normalises the last axis. */
+RG_API rg_tensor rg_nn_layernorm_forward(rg_ctx *ctx, const rg_nn_layernorm *n,
+                                         rg_tensor x);
+
+/* ---- MLP ----------------------------------------------------------------------------- */
+
+/* c_proj(gelu(c_fc(x))), then dropout: GPT-2's feed-forward. */
+typedef struct rg_nn_mlp { rg_nn_linear c_fc, c_proj; float dropout; } rg_nn_mlp;
+/* Makes "<name>.c_fc.weight" [hidden, width], "<name>.c_fc.bias" [hidden],
+   "<name>.c_proj.weight" [width, hidden] and "<name>.c_proj.bias" [width]; weights
+   N(0, std) and N(0, proj_std) (std as rg_nn_linear_init), biases zero. dropout in
+   [0, 1) else MISUSE. GPT-2's hidden is 4*width. */
+RG_API rg_status rg_nn_mlp_init(rg_ctx *ctx, rg_nn_mlp *m, const char *name, int64_t width,
+                                int64_t hidden, float std, float proj_std, float dropout);
+/* x [..., width] -> [..., width]. */
+RG_API rg_tensor rg_nn_mlp_forward(rg_ctx *ctx, const rg_nn_mlp *m, rg_tensor x);
+
+/* ---- causal self-attention ----------------------------------------------------------- */
+
+/* Multi-head causal self-attention with a fused qkv projection, as GPT-2:
+   [q k v] = c_attn(x) split along the last axis into thirds; head h of each is columns
+   [h*D, (h+1)*D) of its third (D = width/heads); y = c_proj(concat of heads of
+   softmax(q k^T/sqrt(D) + causal mask) v), then dropout. Dropout on the attention weights
+   themselves is not applied (rg_attention is one fused op). */
+typedef struct rg_nn_attention {
+  rg_nn_linear c_attn, c_proj;
+  int64_t heads;
+  float dropout;
+} rg_nn_attention;
+/* Makes "<name>.c_attn.weight" [3*width, width], "<name>.c_attn.bias" [3*width],
+   "<name>.c_proj.weight" [width, width] and "<name>.c_proj.bias" [width]; weights
+   N(0, std) and N(0, proj_std), biases zero. width must be a positive multiple of heads
+   and dropout in [0, 1), else MISUSE. */
+RG_API rg_status rg_nn_attention_init(rg_ctx *ctx, rg_nn_attention *a, const char *name,
+                                      int64_t width, int64_t heads, float std,
+                                      float proj_std, float dropout);
+/* x [B, T, width] -> [B, T, width]; position t attends to positions 0..t. */
+RG_API rg_tensor rg_nn_attention_forward(rg_ctx *ctx, const rg_nn_attention *a,
+                                         rg_tensor x);
+
+/* ---- transformer block --------------------------------------------------------------- */
+
+/* A pre-norm GPT-2 block: x += attn(ln_1(x)); x += mlp(ln_2(x)). MLP hidden = 4*width. */
+typedef struct rg_nn_block {
+  rg_nn_layernorm ln_1;
+  rg_nn_attention attn;
+  rg_nn_layernorm ln_2;
+  rg_nn_mlp mlp;
+} rg_nn_block;
+/* Makes "<name>.ln_1.*", "<name>.attn.*", "<name>.ln_2.*", "<name>.mlp.*" (in that
+   order) as the layers above; proj_std is used for attn.c_proj and mlp.c_proj. */
+RG_API rg_status rg_nn_block_init(rg_ctx *ctx, rg_nn_block *b, const char *name,
+                                  int64_t width, int64_t heads, float std, float proj_std,
+                                  float dropout);
+/* x [B, T, width] -> [B, T, width]. Records the attention half under the label "attn" and
+   the MLP half under "mlp", so errors read e.g. "h.3/attn". */
+RG_API rg_tensor rg_nn_block_forward(rg_ctx *ctx, const rg_nn_block *b, rg_tensor x);
+
+/* ---- GPT ----------------------------------------------------------------------------- */
+
+typedef struct rg_gpt_config {
+  int64_t vocab;  /* V: token ids are in [0, V) */
+  int64_t block;  /* T: the longest sequence (rows of wpe) */
+  int64_t layers; /* L >= 0 */
+  int64_t width;  /* C, a multiple of heads */
+  int64_t heads;  /* H */
+  float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
+} rg_gpt_config;
+
+/* GPT-2: logits = ln_f(h_{L-1}(...h_0(drop(wte[idx] + wpe[0..T))))) wte^T. The output
+   head is tied to wte (no separate parameter), as torch_ref.py and GPT-2.
+   Parameters, in creation order, each "<prefix>" + the name below:
+     wte.weight [V, C]          wpe.weight [T, C]
+     h.{i}.ln_1.weight [C]      h.{i}.ln_1.bias [C]
+     h.{i}.attn.c_attn.weight [3C, C]   h.{i}.attn.c_attn.bias [3C]   (fused q, k, v)
+     h.{i}.attn.c_proj.weight [C, C]    h.{i}.attn.c_proj.bias [C]
+     h.{i}.ln_2.weight [C]      h.{i}.ln_2.bias [C]
+     h.{i}.mlp.c_fc.weight [4C, C]      h.{i}.mlp.c_fc.bias [4C]
+     h.{i}.mlp.c_proj.weight [C, 4C]    h.{i}.mlp.c_proj.bias [C]
+     ln_f.weight [C]            ln_f.bias [C]
+   for i in 0..L-1: V*C + T*C + L*(12*C*C + 13*C) + 2*C numbers in all.
+   Initialisation (GPT-2): weights and embeddings N(0, 0.02), the residual projections
+   attn.c_proj.weight and mlp.c_proj.weight N(0, 0.02/sqrt(2L)), biases 0, layernorm
+   weight 1 and bias 0. Values come from the context's seed, so one seed gives one model.
+   The prefix is prepended verbatim (e.g. "transformer." gives "transformer.wte.weight");
+   NULL means "". */
+typedef struct rg_gpt rg_gpt;
+
+/* Makes the model's parameters. Returns NULL on error with the sticky error set: a bad
+   config (MISUSE, saying which field), a name clash (MISUSE), OOM. The small rg_gpt
+   struct itself is allocated with malloc (this module sits on the public API and cannot
+   use the context's allocator); free it with rg_gpt_free. The parameters belong to the
+   context, not to the struct. Not a barrier. */
+RG_API rg_gpt *rg_gpt_new(rg_ctx *ctx, const rg_gpt_config *cfg, const char *prefix);
+/* idx I32 [B, T] with 1 <= T <= block -> logits F32 [B, T, V]. A T above the block size,
+   a rank other than 2 or a dtype other than I32 gives RG_NONE and MISUSE. Token ids
+   outside [0, V) fail at the barrier. Each block is recorded under the label "h.{i}"
+   (below "<prefix>" without its trailing '.', if any). */
+RG_API rg_tensor rg_gpt_forward(rg_gpt *gpt, rg_tensor idx);
+/* Mean cross-entropy of rg_gpt_forward(idx) against targets I32 [B, T]: a scalar. The
+   _ignore variant skips targets equal to ignore_index (mean over the rest). */
+RG_API rg_tensor rg_gpt_loss(rg_gpt *gpt, rg_tensor idx, rg_tensor targets);
+RG_API rg_tensor rg_gpt_loss_ignore(rg_gpt *gpt, rg_tensor idx, rg_tensor targets,
+                                    int ignore_index);
+/* Number of parameter elements (the tied head counted once); -1 for NULL. Not a
+   barrier. */
+RG_API int64_t rg_gpt_param_count(const rg_gpt *gpt);
+/* The config the model was made with (NULL for NULL). */
+RG_API const rg_gpt_config *rg_gpt_config_of(const rg_gpt *gpt);
+/* Frees the struct; the parameters stay in the context. NULL is fine. */
+RG_API void rg_gpt_free(rg_gpt *gpt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESGRAD_NN_H */

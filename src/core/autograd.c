@@ -1,0 +1,289 @@
+/*
+ * autograd.c - rg_backward: walks the tape (the current pass's nodes marked RG_N_GRAD)
+ * backwards and records gradient nodes through the same op table, so the backward pass
+ * is deferred, captured and replayed like the forward.
+ *
+ * Invariants: gradient nodes are recorded with ctx->no_grad set (no higher-order tape);
+ * the gradient of a broadcast operand is summed back to its shape (SUM_TO); parameter
+ * gradients accumulate in place into their persistent buffers (ACCUM), pass tensors keep
+ * theirs in rg_tinfo.grad for rg_grad.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+/* ---- small recording helpers on refs ------------------------------------------------ */
+
+static uint32_t op1(rg_ctx *ctx, rg_op op, uint32_t a, uint32_t b, uint32_t c, rg_shape s,
+                    const int64_t *iv, const float *fv) {
+  uint32_t in[RG_MAX_IN] = {a, b, c, 0}, out[RG_MAX_OUT] = {0};
+  rg_shape outs[RG_MAX_OUT] = {s, {0, -1, {0}}, {0, -1, {0}}};
+  return rg__emit(ctx, op, in, outs, iv, fv, NULL, out) == RG_OK ? out[0] : 0;
+}
+
+static uint32_t ref_of(rg_tensor t) {
+  if (!t.id) return 0;
+  uint64_t slot = t.id & 0xffffffffu;
+  return (uint32_t)(t.id >> 63) << 31 | (uint32_t)slot;
+}
+/* Public ops on refs: the operands are live by construction. */
+#define H(r) rg__handle(ctx, r)
+#define R(t) ref_of(t)
+
+static bool same_shape(rg_shape a, rg_shape b) {
+  return a.ndim == b.ndim && !memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim);
+}
+
+/* g summed down to shape s (the gradient of an operand that was broadcast). */
+static uint32_t sum_to(rg_ctx *ctx, uint32_t g, rg_shape s) {
+  if (!g || same_shape(rg__shape(ctx, g), s)) return g;
+  s.dtype = RG_F32;
+  return op1(ctx, RG_OP_SUM_TO, g, 0, 0, s, NULL, NULL);
+}
+
+static uint32_t expand(rg_ctx *ctx, uint32_t g, rg_shape s) {
+  if (same_shape(rg__shape(ctx, g), s)) return g;
+  s.dtype = RG_F32;
+  return op1(ctx, RG_OP_EXPAND, g, 0, 0, s, NULL, NULL);
+}
+
+static uint32_t reshape(rg_ctx *ctx, uint32_t g, rg_shape s) {
+  if (same_shape(rg__shape(ctx, g), s)) return g;
+  s.dtype = rg__shape(ctx, g).dtype;
+  return op1(ctx, RG_OP_COPY, g, 0, 0, s, NULL, NULL);
+}
+
+/* [..., K] viewed as [rows, K] (a copy when there are more than 2 axes). */
+static uint32_t rows2(rg_ctx *ctx, uint32_t x) {
+  rg_shape s = rg__shape(ctx, x), o = {s.dtype, 2, {1, s.dims[s.ndim - 1]}};
+  for (int i = 0; i < s.ndim - 1; i++) o.dims[0] *= s.dims[i];
+  return reshape(ctx, x, o);
+}
+
+static uint32_t matmul_t(rg_ctx *ctx, uint32_t a, uint32_t b, int ta, int tb, rg_shape o) {
+  int64_t iv[4] = {ta, tb, 0, 0};
+  o.dtype = RG_F32;
+  return op1(ctx, RG_OP_MATMUL, a, b, 0, o, iv, NULL);
+}
+
+/* Backward of a reduction: g (reduced shape) back to x's shape. */
+static uint32_t unreduce(rg_ctx *ctx, const rg_node *n, uint32_t g, rg_shape sx) {
+  rg_shape k = sx;
+  for (int i = 0; i < sx.ndim; i++)
+    if (n->i[0] < 0 || n->i[0] == i) k.dims[i] = 1;
+  return expand(ctx, reshape(ctx, g, k), sx);
+}
+
+/* ---- the rules ----------------------------------------------------------------------------- */
+
+void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint32_t *gin) {
+  uint32_t g = gout[0], x = n->in[0], y = n->in[1], out = n->out[0];
+  rg_shape sx = rg__shape(ctx, x), sy = rg__shape(ctx, y), so = rg__shape(ctx, out);
+  const float *f = n->f;
+  switch ((rg_op)n->op) {
+  case RG_OP_ADD: gin[0] = sum_to(ctx, g, sx); gin[1] = sum_to(ctx, g, sy); break;
+  case RG_OP_SUB:
+    gin[0] = sum_to(ctx, g, sx);
+    gin[1] = sum_to(ctx, R(rg_neg(ctx, H(g))), sy);
+    break;
+  case RG_OP_MUL:
+    gin[0] = sum_to(ctx, R(rg_mul(ctx, H(g), H(y))), sx);
+    gin[1] = sum_to(ctx, R(rg_mul(ctx, H(g), H(x))), sy);
+    break;
+  case RG_OP_DIV: /* d/da = g/b, d/db = -g*out/b */
+    gin[0] = sum_to(ctx, R(rg_div(ctx, H(g), H(y))), sx);
+    gin[1] = sum_to(ctx, R(rg_neg(ctx, rg_div(ctx, rg_mul(ctx, H(g), H(out)), H(y)))), sy);
+    break;
+  case RG_OP_SCALE: gin[0] = R(rg_scale(ctx, H(g), f[0])); break;
+  case RG_OP_POW:
+    gin[0] = R(rg_mul(ctx, H(g), rg_scale(ctx, rg_pow(ctx, H(x), f[0] - 1), f[0])));
+    break;
+  case RG_OP_NEG: gin[0] = R(rg_neg(ctx, H(g))); break;
+  case RG_OP_EXP: gin[0] = R(rg_mul(ctx, H(g), H(out))); break;
+  case RG_OP_LOG: gin[0] = R(rg_div(ctx, H(g), H(x))); break;
+  case RG_OP_SQRT: gin[0] = R(rg_div(ctx, H(g), rg_scale(ctx, H(out), 2))); break;
+  case RG_OP_CLAMP: gin[0] = op1(ctx, RG_OP_CLAMP_BWD, x, g, 0, sx, NULL, f); break;
+  case RG_OP_RELU: gin[0] = op1(ctx, RG_OP_RELU_BWD, x, g, 0, sx, NULL, NULL); break;
+  case RG_OP_GELU: gin[0] = op1(ctx, RG_OP_GELU_BWD, x, g, 0, sx, NULL, NULL); break;
+  case RG_OP_SILU: gin[0] = op1(ctx, RG_OP_SILU_BWD, x, g, 0, sx, NULL, NULL); break;
+  case RG_OP_SIGMOID: gin[0] = op1(ctx, RG_OP_SIGMOID_BWD, out, g, 0, sx, NULL, NULL); break;
+  case RG_OP_TANH: gin[0] = op1(ctx, RG_OP_TANH_BWD, out, g, 0, sx, NULL, NULL); break;
+  case RG_OP_SUM: gin[0] = unreduce(ctx, n, g, sx); break;
+  case RG_OP_MEAN: {
+    int64_t cnt = 1;
+    for (int i = 0; i < sx.ndim; i++)
+      if (n->i[0] < 0 || n->i[0] == i) cnt *= sx.dims[i];
+    gin[0] = unreduce(ctx, n, R(rg_scale(ctx, H(g), cnt ? 1.0f / (float)cnt : 0.0f)), sx);
+    break;
+  }
+  case RG_OP_MAX: gin[0] = op1(ctx, RG_OP_MAX_BWD, x, g, 0, sx, n->i, NULL); break;
+  case RG_OP_SUM_TO: gin[0] = expand(ctx, g, sx); break;
+  case RG_OP_EXPAND: gin[0] = sum_to(ctx, g, sx); break;
+  case RG_OP_SOFTMAX: gin[0] = op1(ctx, RG_OP_SOFTMAX_BWD, out, g, 0, sx, NULL, NULL); break;
+  case RG_OP_LOG_SOFTMAX:
+    gin[0] = op1(ctx, RG_OP_LOG_SOFTMAX_BWD, out, g, 0, sx, NULL, NULL);
+    break;
+  case RG_OP_MATMUL: { /* out = a b: da = g b^T, db = a^T g, over the broadcast batch */
+    rg_shape ga = so, gb = so;
+    ga.dims[so.ndim - 1] = sx.dims[sx.ndim - 1];
+    gb.dims[so.ndim - 2] = sy.dims[sy.ndim - 2];
+    gin[0] = sum_to(ctx, matmul_t(ctx, g, y, 0, 1, ga), sx);
+    gin[1] = sum_to(ctx, matmul_t(ctx, x, g, 1, 0, gb), sy);
+    break;
+  }
+  case RG_OP_LINEAR: { /* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g */
+    uint32_t w = y, b = n->in[2];
+    rg_shape sw = rg__shape(ctx, w), gx = sx;
+    uint32_t g2 = rows2(ctx, g);
+    gx.dims[0] = rg__shape(ctx, g2).dims[0];
+    gx.ndim = 2;
+    gin[0] = reshape(ctx, matmul_t(ctx, g2, w, 0, 0, gx), sx);
+    gin[1] = matmul_t(ctx, g2, rows2(ctx, x), 1, 0, sw);
+    if (b) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
+    break;
+  }
+  case RG_OP_LAYERNORM:
+  case RG_OP_RMSNORM: {
+    bool ln = n->op == RG_OP_LAYERNORM;
+    uint32_t gamma = n->in[1], beta = ln ? n->in[2] : 0;
+    rg_shape c = {RG_F32, 1, {sx.dims[sx.ndim - 1]}}, none = {0, -1, {0}};
+    rg_shape outs[RG_MAX_OUT] = {sx, gamma ? c : none, beta ? c : none};
+    uint32_t in[RG_MAX_IN] = {x, gamma, g, 0}, o[RG_MAX_OUT] = {0};
+    if (rg__emit(ctx, ln ? RG_OP_LAYERNORM_BWD : RG_OP_RMSNORM_BWD, in, outs, NULL, f, NULL,
+                 o) == RG_OK)
+      memcpy(gin, o, sizeof o);
+    break;
+  }
+  case RG_OP_EMBEDDING: gin[0] = op1(ctx, RG_OP_EMBEDDING_BWD, y, g, 0, sx, NULL, NULL); break;
+  case RG_OP_ATTENTION: {
+    uint32_t in[RG_MAX_IN] = {x, y, n->in[2], g}, o[RG_MAX_OUT] = {0};
+    rg_shape outs[RG_MAX_OUT] = {sx, sy, rg__shape(ctx, n->in[2])};
+    if (rg__emit(ctx, RG_OP_ATTENTION_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)
+      memcpy(gin, o, sizeof o);
+    break;
+  }
+  case RG_OP_CROSS_ENTROPY:
+    gin[0] = op1(ctx, RG_OP_CROSS_ENTROPY_BWD, x, y, g, sx, n->i, NULL);
+    break;
+  case RG_OP_MSE: { /* d pred = 2 (p - t) / N * g */
+    int64_t cnt = rg__t(ctx, x)->numel;
+    float k = cnt ? 2.0f / (float)cnt : 0.0f;
+    uint32_t d = R(rg_mul(ctx, rg_scale(ctx, rg_sub(ctx, H(x), H(y)), k), H(g)));
+    gin[0] = d;
+    gin[1] = d ? R(rg_neg(ctx, H(d))) : 0;
+    break;
+  }
+  case RG_OP_COPY: gin[0] = reshape(ctx, g, sx); break;
+  case RG_OP_PERMUTE: {
+    int inv[RG_MAX_DIMS];
+    for (int i = 0; i < sx.ndim; i++) inv[n->i[i]] = i;
+    gin[0] = R(rg_permute(ctx, H(g), inv));
+    break;
+  }
+  case RG_OP_SLICE: gin[0] = op1(ctx, RG_OP_SLICE_BWD, g, 0, 0, sx, n->i, NULL); break;
+  case RG_OP_CONCAT: {
+    int ax = (int)n->i[0];
+    gin[0] = R(rg_slice(ctx, H(g), ax, 0, sx.dims[ax]));
+    gin[1] = R(rg_slice(ctx, H(g), ax, sx.dims[ax], sy.dims[ax]));
+    break;
+  }
+  case RG_OP_DROPOUT: gin[0] = op1(ctx, RG_OP_DROPOUT, g, 0, 0, sx, n->i, f); break;
+  case RG_OP_CAST: gin[0] = R(rg_cast(ctx, H(g), (rg_dtype)sx.dtype)); break;
+  default: break; /* no gradient (argmax, uploads, backward and in-place ops) */
+  }
+}
+
+/* ---- rg_backward, rg_grad, rg_zero_grad ------------------------------------------------- */
+
+/* Adds gradient gi to tensor ref: in place into a parameter's buffer, by a recorded add
+   otherwise. */
+static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi) {
+  rg_tinfo *t = rg__t(ctx, ref);
+  if (t->flags & RG_T_PARAM) {
+    uint32_t in[RG_MAX_IN] = {t->grad, gi, 0, 0};
+    return rg__emit(ctx, RG_OP_ACCUM, in, NULL, NULL, NULL, NULL, NULL);
+  }
+  if (!t->grad) {
+    t->grad = gi;
+    return RG_OK;
+  }
+  uint32_t sum = R(rg_add(ctx, H(t->grad), H(gi)));
+  if (!sum) return ctx->err != RG_OK ? ctx->err : RG_ERR_OOM;
+  rg__t(ctx, ref)->grad = sum;
+  return RG_OK;
+}
+
+rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
+  if (!ctx) return RG_ERR_MISUSE;
+  uint32_t lref;
+  rg_status st = rg__check(ctx, loss, "rg_backward", 1, &lref);
+  if (st != RG_OK) return st;
+  rg_tinfo *lt = rg__t(ctx, lref);
+  if (lt->numel != 1 || lt->dtype != RG_F32)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss has %lld elements of %s; "
+                    "rg_backward needs a one-element F32 loss (reduce it with rg_mean or "
+                    "rg_sum)", (long long)lt->numel, rg__dtype_name(lt->dtype));
+  if (!(lt->flags & RG_T_GRAD) || !lt->node)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss does not depend on any "
+                    "parameter (or was computed with rg_detach / before rg_step_begin); "
+                    "nothing to differentiate");
+  rg_pool_s *pass = &ctx->pool[RG_POOL_PASS];
+  for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = 0;
+  /* Set aside an earlier sticky error so a failure here is seen; the first one is put
+     back afterwards (it stays the one reported). */
+  rg_status err0 = ctx->err;
+  char msg0[sizeof ctx->errmsg];
+  memcpy(msg0, ctx->errmsg, sizeof msg0);
+  rg_clear_error(ctx);
+  ctx->no_grad++;
+  rg_label_push(ctx, "backward");
+  if (ctx->err != RG_OK) {
+    ctx->no_grad--;
+    return ctx->err;
+  }
+  rg_shape one = rg__shape(ctx, lref);
+  float fv[4] = {1, 0, 0, 0};
+  uint32_t seed = op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv);
+  st = seed ? RG_OK : ctx->err;
+  if (seed) rg__t(ctx, lref)->grad = seed;
+  for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
+    rg_node n = ctx->nodes[k]; /* a copy: recording may move the node array */
+    if (!(n.flags & RG_N_GRAD)) continue;
+    uint32_t gout[RG_MAX_OUT] = {0}, gin[RG_MAX_OUT + 1] = {0};
+    bool any = false;
+    for (int j = 0; j < n.nout; j++)
+      if (n.out[j] && !(n.out[j] >> 31) && (gout[j] = rg__t(ctx, n.out[j])->grad)) any = true;
+    if (!any) continue;
+    ctx->lstack[ctx->lsp - 1] = n.label; /* gradient nodes carry their forward's label */
+    rg__backward_rule(ctx, &n, gout, gin);
+    st = ctx->err;
+    for (int j = 0; st == RG_OK && j < n.nin && j < RG_MAX_OUT; j++) {
+      uint32_t in = n.in[j];
+      if (!in || !gin[j] || !(rg__t(ctx, in)->flags & RG_T_GRAD)) continue;
+      st = accumulate(ctx, in, gin[j]);
+    }
+  }
+  rg_label_pop(ctx);
+  ctx->no_grad--;
+  if (err0 != RG_OK) {
+    ctx->err = err0;
+    memcpy(ctx->errmsg, msg0, sizeof msg0);
+  }
+  return st;
+}
+
+rg_tensor rg_grad(rg_ctx *ctx, rg_tensor t) {
+  uint32_t ref;
+  if (!ctx || rg__check(ctx, t, "rg_grad", 1, &ref) != RG_OK) return RG_NONE;
+  uint32_t g = rg__t(ctx, ref)->grad;
+  if (!g)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_grad", "this tensor has no gradient: it does "
+                    "not require grad, or the last rg_backward did not reach it"), RG_NONE;
+  return rg__handle(ctx, g);
+}
+
+rg_status rg_zero_grad(rg_ctx *ctx) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!ctx->nparams) return RG_OK;
+  return rg__emit(ctx, RG_OP_ZERO_LIST, NULL, NULL, NULL, NULL, &ctx->zero_list, NULL);
+}

@@ -1,0 +1,235 @@
+/*
+ * internal.h - what the core and the backends share. Never installed.
+ *
+ * Invariants:
+ *  - A tensor ref (uint32) is (pool << 31) | (slot + 1); 0 means "no tensor". Refs are
+ *    only valid within the pool generation they were made in; public handles carry the
+ *    generation and are checked (rg__check) before any ref is taken from them.
+ *  - Nodes live in ctx->nodes for the whole pass-pool generation (they are the tape);
+ *    nodes [q_head, n_nodes) are queued, the ones before have run (or failed).
+ *  - Kernels see rg_tv views whose shapes were validated at record time.
+ */
+#ifndef RG_INTERNAL_H
+#define RG_INTERNAL_H
+
+#include "resgrad.h"
+#include "ops.h"
+#include <stdarg.h>
+#include <stdbool.h>
+
+#define RG_MAX_IN 4
+#define RG_MAX_OUT 3
+#define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
+
+enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
+enum { RG_T_GRAD = 1, RG_T_PARAM = 2 }; /* rg_tinfo.flags */
+enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
+
+typedef struct rg_tinfo {
+  uint8_t dtype, ndim, state, flags;
+  int64_t dims[RG_MAX_DIMS];
+  int64_t numel;
+  size_t nbytes;
+  size_t off;     /* byte offset from the start of the pool's arena (deterministic) */
+  void *data;     /* backend address */
+  uint32_t grad;  /* ref of the gradient: persistent for params, pass otherwise */
+  uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
+  uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
+  int32_t param;  /* index into ctx->params, or -1 */
+} rg_tinfo;
+
+typedef struct rg_chunk { void *p; size_t size; } rg_chunk;
+typedef struct rg_arena {
+  rg_chunk *chunks;
+  int nchunks, capchunks;
+  size_t used;      /* bytes bumped in the last chunk */
+  size_t base;      /* bytes in all chunks before the last one */
+  size_t hint;      /* size of the one chunk to make after a reset that freed several */
+} rg_arena;
+
+typedef struct rg_pool_s {
+  uint64_t gen;
+  rg_tinfo *t;
+  uint32_t n, cap;
+  rg_arena arena;
+  size_t bytes, peak, budget;
+} rg_pool_s;
+
+/* A list of tensor refs owned by a node's aux (zero_grad, clip, optimizers). */
+typedef struct rg_list { int n; uint32_t *ref; } rg_list;
+
+typedef struct rg_node {
+  uint16_t op;
+  uint8_t nin, nout, flags;
+  uint32_t label;              /* index into ctx->labels (0 = none) */
+  uint32_t in[RG_MAX_IN];
+  uint32_t out[RG_MAX_OUT];
+  int64_t i[4];
+  float f[4];
+  const void *aux;
+} rg_node;
+
+enum { RG_OPT_ADAMW = 1, RG_OPT_SGD = 2 };
+/* hyper: F32 [8] on the device: lr, beta1|momentum, beta2, eps, weight_decay.
+   step: I32 [1] on the device, incremented by every update that is not skipped. */
+enum { RG_H_LR, RG_H_B1, RG_H_B2, RG_H_EPS, RG_H_WD, RG_H_COUNT = 8 };
+struct rg_optim {
+  rg_ctx *ctx;
+  int kind;
+  uint64_t pgen;       /* persistent generation the state belongs to */
+  rg_list params, grads, m, v; /* m: AdamW first moment or SGD momentum; v: AdamW */
+  uint32_t hyper, step;
+  rg_optim *next;      /* ctx's list, so rg_close frees forgotten optimizers */
+};
+
+/* What a kernel sees of a tensor. */
+typedef struct rg_tv {
+  void *p;
+  int dtype, ndim;
+  int64_t dims[RG_MAX_DIMS];
+  int64_t n;
+} rg_tv;
+
+typedef struct rg_kargs {
+  rg_ctx *ctx;
+  const rg_node *node;
+  rg_tv in[RG_MAX_IN], out[RG_MAX_OUT]; /* absent refs give p == NULL */
+  int threads;
+  char *msg;         /* a failing kernel writes why here (no op name: the core adds it) */
+  size_t msgcap;
+  rg_status soft;    /* a kernel may set RG_ERR_NONFINITE here without failing the drain */
+} rg_kargs;
+
+typedef struct rg_backend {
+  const char *name;
+  size_t chunk_min;                                 /* smallest arena chunk */
+  rg_status (*open)(rg_ctx *ctx);
+  void (*close)(rg_ctx *ctx);
+  void *(*alloc)(rg_ctx *ctx, size_t bytes);        /* device memory; NULL = OOM */
+  void (*free)(rg_ctx *ctx, void *p);
+  void *(*host_alloc)(rg_ctx *ctx, size_t bytes);   /* staging (pinned on CUDA) */
+  void (*host_free)(rg_ctx *ctx, void *p);
+  rg_status (*upload)(rg_ctx *ctx, void *dst, const void *src, size_t bytes);
+  rg_status (*download)(rg_ctx *ctx, void *dst, const void *src, size_t bytes);
+  rg_status (*zero)(rg_ctx *ctx, void *dst, size_t bytes);
+  /* Runs nodes [first, last). On a hard failure returns the status, sets *failed to the
+     node's index and writes the reason to msg. A soft status (non-finite clip) is
+     returned through *soft with every node run. */
+  rg_status (*execute)(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
+                       rg_status *soft, char *msg, size_t msgcap);
+  rg_status (*sync)(rg_ctx *ctx);
+} rg_backend;
+
+extern const rg_backend rg_cpu_backend;
+extern const rg_backend rg_cuda_backend; /* the stub answers RG_ERR_UNSUPPORTED */
+int rg_cuda_available(void);             /* 1 if a usable GPU is present */
+
+struct rg_ctx {
+  rg_options opt;
+  const rg_backend *be;
+  void *be_state;          /* the backend's own */
+  char devname[96];
+  rg_status err;
+  char errmsg[1024];
+  rg_pool_s pool[2];
+  rg_node *nodes;
+  size_t n_nodes, cap_nodes, q_head;
+  rg_arena stage;          /* host staging for uploads, reset with the pass pool */
+  char **labels;           /* interned label strings; labels[0] = "" */
+  uint32_t nlabels, caplabels;
+  uint32_t *lstack;        /* label stack: interned ids of the joined path */
+  int lsp, lcap;
+  char **fails;            /* messages of failed drains in this pass generation */
+  uint32_t nfails, capfails;
+  char **pnames;           /* parameter names, creation order */
+  uint32_t *prefs;         /* parameter refs */
+  int nparams, capparams;
+  uint32_t clip;           /* clip state F32[2] (persistent) or 0 */
+  int clip_pending;        /* a CLIP node was recorded since the last optimizer step */
+  rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
+  int training, no_grad;
+  uint64_t step;           /* rg_step_begin count: keys dropout */
+  uint64_t rng_calls;      /* dropout counter base within the step */
+  rg_optim *optims;
+  rg_stats st;
+  /* allocation-failure injection (tests): fail the alloc_fail_at-th allocation */
+  uint64_t alloc_count, alloc_fail_at;
+};
+
+/* --- memory: every host allocation goes through these (failure injection) --- */
+bool rg__alloc_tick(rg_ctx *ctx); /* counts an allocation; false = inject a failure */
+void *rg__malloc(rg_ctx *ctx, size_t n);
+void *rg__calloc(rg_ctx *ctx, size_t n, size_t size);
+void *rg__realloc(rg_ctx *ctx, void *p, size_t n);
+void rg__free(rg_ctx *ctx, void *p);
+char *rg__strdup(rg_ctx *ctx, const char *s);
+/* Grows *arr (element size esz) to hold at least need elements. */
+bool rg__grow(rg_ctx *ctx, void **arr, size_t esz, size_t need, size_t *cap);
+
+/* --- errors --- */
+/* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
+rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt, ...);
+const char *rg__label_str(rg_ctx *ctx, uint32_t label);
+
+/* --- tensors --- */
+static inline rg_pool_s *rg__poolof(rg_ctx *c, uint32_t ref) { return &c->pool[ref >> 31]; }
+static inline rg_tinfo *rg__t(rg_ctx *c, uint32_t ref) {
+  return &c->pool[ref >> 31].t[(ref & 0x7fffffffu) - 1];
+}
+rg_tensor rg__handle(rg_ctx *ctx, uint32_t ref);
+/* Checks a handle; on success stores its ref. Errors name call and operand index. */
+rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref);
+/* New tensor in a pool; 0 on error (OOM/MISUSE set). */
+uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
+                 const char *call);
+size_t rg__dtype_size(int dt);
+const char *rg__dtype_name(int dt);
+void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *out);
+
+/* A tensor's type and shape; ndim < 0 means "no tensor" (an unwanted output). */
+typedef struct rg_shape { int dtype, ndim; int64_t dims[RG_MAX_DIMS]; } rg_shape;
+rg_shape rg__shape(rg_ctx *ctx, uint32_t ref);
+/* Records op with inputs in[] (rg_optab[op].nin entries, 0 = absent), new pass-pool
+   outputs of the given shapes (nout entries), baked scalars iv[4], fv[4] (may be NULL)
+   and aux. Output refs go to out[]. Nothing is queued on error. */
+rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
+                   const int64_t *iv, const float *fv, const void *aux, uint32_t *out);
+void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+
+/* --- queue --- */
+rg_node *rg__record(rg_ctx *ctx, rg_op op); /* NULL on OOM; fills label, zeroes fields */
+rg_status rg__commit(rg_ctx *ctx, rg_node *n); /* after ins/outs set: tape + guard/check */
+rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why);
+void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this pass */
+
+/* --- ops and autograd --- */
+typedef struct rg_opinfo {
+  const char *name;
+  int nin, nout;
+} rg_opinfo;
+extern const rg_opinfo rg_optab[RG_OP_COUNT];
+/* Records backward for node n given output gradients g[] (refs, 0 = none); writes input
+   gradients to gin[] (refs, 0 = none). */
+void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
+
+/* --- arenas --- */
+void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);
+void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
+
+/* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
+void rg_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
+float rg_philox_uniform(uint64_t seed, uint64_t step, uint64_t index);
+
+/* --- bf16 --- */
+static inline uint16_t rg_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } v = {f};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
+  v.u += 0x7fffu + ((v.u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(v.u >> 16);
+}
+static inline float rg_bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+  return v.f;
+}
+
+#endif

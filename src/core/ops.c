@@ -1,0 +1,500 @@
+/*
+ * ops.c - the public ops: validate operands, infer the output shape, record one node.
+ *
+ * Every op here is a shape/dtype rule plus a call to rg__emit; the arithmetic lives in
+ * the backends and the gradient in autograd.c. Errors name the op, the operand and both
+ * shapes, and say what to do. An op never runs anything (unless check mode is on or the
+ * growth guard trips, both inside rg__commit).
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const rg_opinfo rg_optab[RG_OP_COUNT] = {
+#define RG_OP_ROW(E, n, s, ni, no) [RG_OP_##E] = {s, ni, no},
+    RG_OPS(RG_OP_ROW)
+#undef RG_OP_ROW
+};
+_Static_assert(sizeof rg_optab / sizeof rg_optab[0] == RG_OP_COUNT, "op table is closed");
+
+rg_shape rg__shape(rg_ctx *ctx, uint32_t ref) {
+  rg_shape s = {0, -1, {0}};
+  if (!ref) return s;
+  rg_tinfo *t = rg__t(ctx, ref);
+  s.dtype = t->dtype;
+  s.ndim = t->ndim;
+  memcpy(s.dims, t->dims, sizeof s.dims);
+  return s;
+}
+
+static int64_t numel_of(const rg_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+  return n;
+}
+
+rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
+                   const int64_t *iv, const float *fv, const void *aux, uint32_t *out) {
+  if (!rg__record(ctx, op)) return RG_ERR_OOM;
+  uint32_t o[RG_MAX_OUT] = {0};
+  for (int j = 0; j < rg_optab[op].nout; j++) {
+    if (outs[j].ndim < 0) continue;
+    o[j] = rg__new(ctx, RG_POOL_PASS, (rg_dtype)outs[j].dtype, outs[j].ndim, outs[j].dims,
+                   rg_optab[op].name);
+    if (!o[j]) {
+      ctx->n_nodes--; /* outputs already made stay unreferenced until the pass resets */
+      return ctx->err != RG_OK ? ctx->err : RG_ERR_OOM;
+    }
+  }
+  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
+  for (int j = 0; j < rg_optab[op].nin; j++) n->in[j] = in ? in[j] : 0;
+  for (int j = 0; j < rg_optab[op].nout; j++) n->out[j] = o[j];
+  if (iv) memcpy(n->i, iv, sizeof n->i);
+  if (fv) memcpy(n->f, fv, sizeof n->f);
+  n->aux = aux;
+  if (out) memcpy(out, o, sizeof(uint32_t) * (size_t)rg_optab[op].nout);
+  return rg__commit(ctx, n);
+}
+
+/* ---- operand checks ------------------------------------------------------------------- */
+
+enum { F32_ONLY = 1 << RG_F32, ANY_FLOAT = 1 << RG_F32 | 1 << RG_BF16, I32_ONLY = 1 << RG_I32,
+       ANY = 7 };
+
+/* A live, computed (or pending) operand of an allowed dtype. */
+static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                    uint32_t *ref) {
+  if (rg__check(ctx, t, call, k, ref) != RG_OK) return false;
+  rg_tinfo *ti = rg__t(ctx, *ref);
+  if (ti->state == RG_FAILED) {
+    rg__fail(ctx, RG_ERR_FAILED, call, "operand %d was not computed because its drain "
+             "failed: %s", k, ctx->fails[ti->fail - 1]);
+    return false;
+  }
+  if (!(dtypes >> ti->dtype & 1)) {
+    rg__fail(ctx, RG_ERR_MISUSE, call, "operand %d has dtype %s; this op takes %s%s", k,
+             rg__dtype_name(ti->dtype),
+             dtypes == I32_ONLY ? "I32" : dtypes == F32_ONLY ? "F32" : "F32 or BF16",
+             dtypes == I32_ONLY ? "" : " — rg_cast it first");
+    return false;
+  }
+  return true;
+}
+
+static bool optional(rg_ctx *ctx, rg_tensor t, const char *call, int k, uint32_t *ref) {
+  *ref = 0;
+  return !t.id || operand(ctx, t, call, k, F32_ONLY, ref);
+}
+
+static int norm_axis(rg_ctx *ctx, const char *call, int axis, int ndim) {
+  int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim) {
+    rg__fail(ctx, RG_ERR_MISUSE, call, "axis %d is outside a %d-axis tensor (valid: %d..%d)",
+             axis, ndim, -ndim, ndim - 1);
+    return -1;
+  }
+  return a;
+}
+
+static rg_tensor emit1(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_shape s,
+                       const int64_t *iv, const float *fv) {
+  uint32_t out[RG_MAX_OUT] = {0};
+  return rg__emit(ctx, op, in, &s, iv, fv, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
+                                                                 : RG_NONE;
+}
+
+static bool shape_error(rg_ctx *ctx, const char *call, const char *what, const rg_shape *a,
+                        const rg_shape *b) {
+  char sa[96], sb[96];
+  rg__fmt_shape(sa, sizeof sa, a->ndim, a->dims);
+  rg__fmt_shape(sb, sizeof sb, b->ndim, b->dims);
+  rg__fail(ctx, RG_ERR_MISUSE, call, "shapes %s and %s %s", sa, sb, what);
+  return false;
+}
+
+/* numpy broadcasting: axes aligned from the right; sizes equal or one of them 1. */
+static bool broadcast(rg_ctx *ctx, const char *call, const rg_shape *a, const rg_shape *b,
+                      rg_shape *out) {
+  out->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (int i = 0; i < out->ndim; i++) {
+    int ia = a->ndim - out->ndim + i, ib = b->ndim - out->ndim + i;
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      return shape_error(ctx, call, "do not broadcast: sizes must match or be 1 on each "
+                         "axis (aligned from the right)", a, b);
+    out->dims[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+
+static rg_tensor binary(rg_ctx *ctx, rg_op op, rg_tensor a, rg_tensor b) {
+  const char *call = rg_optab[op].name;
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, a, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, b, call, 2, F32_ONLY, &in[1]))
+    return RG_NONE;
+  rg_shape sa = rg__shape(ctx, in[0]), sb = rg__shape(ctx, in[1]), so = sa;
+  if (!broadcast(ctx, call, &sa, &sb, &so)) return RG_NONE;
+  return emit1(ctx, op, in, so, NULL, NULL);
+}
+rg_tensor rg_add(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_ADD, a, b); }
+rg_tensor rg_sub(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_SUB, a, b); }
+rg_tensor rg_mul(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_MUL, a, b); }
+rg_tensor rg_div(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_DIV, a, b); }
+
+static rg_tensor unary(rg_ctx *ctx, rg_op op, rg_tensor x, float f0, float f1) {
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, rg_optab[op].name, 1, F32_ONLY, &in[0])) return RG_NONE;
+  float fv[4] = {f0, f1, 0, 0};
+  return emit1(ctx, op, in, rg__shape(ctx, in[0]), NULL, fv);
+}
+rg_tensor rg_scale(rg_ctx *c, rg_tensor x, float s) { return unary(c, RG_OP_SCALE, x, s, 0); }
+rg_tensor rg_pow(rg_ctx *c, rg_tensor x, float p) { return unary(c, RG_OP_POW, x, p, 0); }
+rg_tensor rg_neg(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_NEG, x, 0, 0); }
+rg_tensor rg_exp(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_EXP, x, 0, 0); }
+rg_tensor rg_log(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_LOG, x, 0, 0); }
+rg_tensor rg_sqrt(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_SQRT, x, 0, 0); }
+rg_tensor rg_relu(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_RELU, x, 0, 0); }
+rg_tensor rg_gelu(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_GELU, x, 0, 0); }
+rg_tensor rg_silu(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_SILU, x, 0, 0); }
+rg_tensor rg_sigmoid(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_SIGMOID, x, 0, 0); }
+rg_tensor rg_tanh(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_TANH, x, 0, 0); }
+rg_tensor rg_softmax(rg_ctx *c, rg_tensor x) { return unary(c, RG_OP_SOFTMAX, x, 0, 0); }
+rg_tensor rg_log_softmax(rg_ctx *c, rg_tensor x) {
+  return unary(c, RG_OP_LOG_SOFTMAX, x, 0, 0);
+}
+rg_tensor rg_clamp(rg_ctx *ctx, rg_tensor x, float lo, float hi) {
+  if (ctx && !(lo <= hi))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_clamp", "lo %g is not <= hi %g", lo, hi), RG_NONE;
+  return unary(ctx, RG_OP_CLAMP, x, lo, hi);
+}
+
+/* ---- reductions ------------------------------------------------------------------------- */
+
+static rg_tensor reduce(rg_ctx *ctx, rg_op op, rg_tensor x, int axis, int keepdim) {
+  const char *call = rg_optab[op].name;
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0])) return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]), o = s;
+  int a = -1;
+  if (axis != RG_ALL_AXES && (a = norm_axis(ctx, call, axis, s.ndim)) < 0) return RG_NONE;
+  o.ndim = 0;
+  for (int i = 0; i < s.ndim; i++) {
+    bool reduced = a < 0 || i == a;
+    if (reduced && !keepdim) continue;
+    o.dims[o.ndim++] = reduced ? 1 : s.dims[i];
+  }
+  if ((op == RG_OP_MAX || op == RG_OP_ARGMAX) && numel_of(&s) == 0)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "the input is empty; a maximum needs at least "
+                    "one element"), RG_NONE;
+  if (op == RG_OP_ARGMAX) o.dtype = RG_I32;
+  int64_t iv[4] = {a, keepdim != 0, 0, 0};
+  return emit1(ctx, op, in, o, iv, NULL);
+}
+rg_tensor rg_sum(rg_ctx *c, rg_tensor x, int axis, int keepdim) {
+  return reduce(c, RG_OP_SUM, x, axis, keepdim);
+}
+rg_tensor rg_mean(rg_ctx *c, rg_tensor x, int axis, int keepdim) {
+  return reduce(c, RG_OP_MEAN, x, axis, keepdim);
+}
+rg_tensor rg_max(rg_ctx *c, rg_tensor x, int axis, int keepdim) {
+  return reduce(c, RG_OP_MAX, x, axis, keepdim);
+}
+rg_tensor rg_argmax(rg_ctx *c, rg_tensor x, int axis, int keepdim) {
+  return reduce(c, RG_OP_ARGMAX, x, axis, keepdim);
+}
+
+/* ---- matrix products ------------------------------------------------------------------- */
+
+rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
+  const char *call = "rg_matmul";
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, a, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, b, call, 2, F32_ONLY, &in[1]))
+    return RG_NONE;
+  rg_shape sa = rg__shape(ctx, in[0]), sb = rg__shape(ctx, in[1]), o;
+  if (sa.ndim < 2 || sb.ndim < 2)
+    return shape_error(ctx, call, "cannot be multiplied: both need at least 2 axes (reshape "
+                       "a vector to [1,K] or [K,1])", &sa, &sb), RG_NONE;
+  if (sa.dims[sa.ndim - 1] != sb.dims[sb.ndim - 2])
+    return shape_error(ctx, call, "cannot be multiplied: the last axis of the first must "
+                       "equal the second-to-last of the second", &sa, &sb), RG_NONE;
+  rg_shape ba = sa, bb = sb;
+  ba.ndim -= 2;
+  bb.ndim -= 2;
+  o.dtype = RG_F32;
+  if (!broadcast(ctx, call, &ba, &bb, &o)) return RG_NONE;
+  o.dims[o.ndim++] = sa.dims[sa.ndim - 2];
+  o.dims[o.ndim++] = sb.dims[sb.ndim - 1];
+  return emit1(ctx, RG_OP_MATMUL, in, o, NULL, NULL);
+}
+
+rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
+  const char *call = "rg_linear";
+  uint32_t in[3];
+  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, w, call, 2, F32_ONLY, &in[1]) || !optional(ctx, b, call, 3, &in[2]))
+    return RG_NONE;
+  rg_shape sx = rg__shape(ctx, in[0]), sw = rg__shape(ctx, in[1]), o = sx;
+  if (sw.ndim != 2 || sx.ndim < 1 || sx.dims[sx.ndim - 1] != sw.dims[1])
+    return shape_error(ctx, call, "do not fit: x is [..., in] and w is [out, in] (PyTorch "
+                       "layout)", &sx, &sw), RG_NONE;
+  if (in[2]) {
+    rg_shape sb = rg__shape(ctx, in[2]);
+    if (sb.ndim != 1 || sb.dims[0] != sw.dims[0])
+      return shape_error(ctx, call, "do not fit: the bias must be [out] for w [out, in]",
+                         &sb, &sw), RG_NONE;
+  }
+  o.dims[o.ndim - 1] = sw.dims[0];
+  return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
+}
+
+/* ---- normalisation, embedding, attention, losses ---------------------------------------- */
+
+static bool vector_of(rg_ctx *ctx, const char *call, uint32_t ref, int64_t c, const char *what) {
+  if (!ref) return true;
+  rg_shape s = rg__shape(ctx, ref);
+  if (s.ndim == 1 && s.dims[0] == c) return true;
+  char b[96];
+  rg__fmt_shape(b, sizeof b, s.ndim, s.dims);
+  rg__fail(ctx, RG_ERR_MISUSE, call, "%s is %s but must be [%lld] (the last axis of x)", what,
+           b, (long long)c);
+  return false;
+}
+
+rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta, float eps) {
+  const char *call = "rg_layernorm";
+  uint32_t in[3];
+  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
+      !optional(ctx, gamma, call, 2, &in[1]) || !optional(ctx, beta, call, 3, &in[2]))
+    return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]);
+  if (s.ndim < 1)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "x has no axes; it normalises the last"), RG_NONE;
+  if (!vector_of(ctx, call, in[1], s.dims[s.ndim - 1], "gamma") ||
+      !vector_of(ctx, call, in[2], s.dims[s.ndim - 1], "beta"))
+    return RG_NONE;
+  if (!(eps >= 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "eps %g must be >= 0", eps), RG_NONE;
+  float fv[4] = {eps, 0, 0, 0};
+  return emit1(ctx, RG_OP_LAYERNORM, in, s, NULL, fv);
+}
+
+rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps) {
+  const char *call = "rg_rmsnorm";
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
+      !optional(ctx, gamma, call, 2, &in[1]))
+    return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]);
+  if (s.ndim < 1)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "x has no axes; it normalises the last"), RG_NONE;
+  if (!vector_of(ctx, call, in[1], s.dims[s.ndim - 1], "gamma")) return RG_NONE;
+  if (!(eps >= 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "eps %g must be >= 0", eps), RG_NONE;
+  float fv[4] = {eps, 0, 0, 0};
+  return emit1(ctx, RG_OP_RMSNORM, in, s, NULL, fv);
+}
+
+rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx) {
+  const char *call = "rg_embedding";
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, table, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, idx, call, 2, I32_ONLY, &in[1]))
+    return RG_NONE;
+  rg_shape st = rg__shape(ctx, in[0]), si = rg__shape(ctx, in[1]), o = si;
+  if (st.ndim != 2)
+    return shape_error(ctx, call, "do not fit: the table must be [V, C]", &st, &si), RG_NONE;
+  if (si.ndim >= RG_MAX_DIMS)
+    return shape_error(ctx, call, "do not fit: the indices may have at most 3 axes", &st, &si),
+           RG_NONE;
+  o.dtype = RG_F32;
+  o.dims[o.ndim++] = st.dims[1];
+  return emit1(ctx, RG_OP_EMBEDDING, in, o, NULL, NULL);
+}
+
+rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
+  const char *call = "rg_attention";
+  uint32_t in[3];
+  if (!ctx || !operand(ctx, q, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, k, call, 2, F32_ONLY, &in[1]) || !operand(ctx, v, call, 3, F32_ONLY, &in[2]))
+    return RG_NONE;
+  rg_shape sq = rg__shape(ctx, in[0]), sk = rg__shape(ctx, in[1]), sv = rg__shape(ctx, in[2]);
+  if (sq.ndim != 4 || sk.ndim != 4 || sv.ndim != 4)
+    return shape_error(ctx, call, "do not fit: q, k and v must be [B,H,T,D]", &sq, &sk),
+           RG_NONE;
+  if (sq.dims[0] != sk.dims[0] || sq.dims[1] != sk.dims[1] || sq.dims[3] != sk.dims[3])
+    return shape_error(ctx, call, "do not fit: q and k must agree on B, H and D", &sq, &sk),
+           RG_NONE;
+  if (memcmp(sk.dims, sv.dims, sizeof sk.dims))
+    return shape_error(ctx, call, "do not fit: k and v must have the same shape", &sk, &sv),
+           RG_NONE;
+  int64_t iv[4] = {causal != 0, 0, 0, 0};
+  return emit1(ctx, RG_OP_ATTENTION, in, sq, iv, NULL);
+}
+
+static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_ignore,
+                      int ignore) {
+  const char *call = has_ignore ? "rg_cross_entropy_ignore" : "rg_cross_entropy";
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, logits, call, 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, targets, call, 2, I32_ONLY, &in[1]))
+    return RG_NONE;
+  rg_shape sl = rg__shape(ctx, in[0]), st = rg__shape(ctx, in[1]);
+  bool ok = sl.ndim >= 1 && st.ndim == sl.ndim - 1 &&
+            !memcmp(sl.dims, st.dims, sizeof(int64_t) * (size_t)st.ndim);
+  if (!ok)
+    return shape_error(ctx, call, "do not fit: logits are [..., C] and targets [...] (the "
+                       "logits' shape without its last axis)", &sl, &st), RG_NONE;
+  int64_t iv[4] = {has_ignore, ignore, 0, 0};
+  rg_shape o = {RG_F32, 0, {0}};
+  return emit1(ctx, RG_OP_CROSS_ENTROPY, in, o, iv, NULL);
+}
+rg_tensor rg_cross_entropy(rg_ctx *c, rg_tensor l, rg_tensor t) { return xent(c, l, t, 0, 0); }
+rg_tensor rg_cross_entropy_ignore(rg_ctx *c, rg_tensor l, rg_tensor t, int ignore_index) {
+  return xent(c, l, t, 1, ignore_index);
+}
+
+rg_tensor rg_mse(rg_ctx *ctx, rg_tensor pred, rg_tensor target) {
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, pred, "rg_mse", 1, F32_ONLY, &in[0]) ||
+      !operand(ctx, target, "rg_mse", 2, F32_ONLY, &in[1]))
+    return RG_NONE;
+  rg_shape a = rg__shape(ctx, in[0]), b = rg__shape(ctx, in[1]);
+  if (a.ndim != b.ndim || memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim))
+    return shape_error(ctx, "rg_mse", "differ; pred and target must have the same shape", &a,
+                       &b), RG_NONE;
+  rg_shape o = {RG_F32, 0, {0}};
+  return emit1(ctx, RG_OP_MSE, in, o, NULL, NULL);
+}
+
+/* ---- shape ops --------------------------------------------------------------------------- */
+
+rg_tensor rg_reshape(rg_ctx *ctx, rg_tensor x, int ndim, const int64_t *dims) {
+  const char *call = "rg_reshape";
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, call, 1, ANY, &in[0])) return RG_NONE;
+  if (ndim < 0 || ndim > RG_MAX_DIMS || (ndim && !dims))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "ndim %d is outside [0, %d] or dims is NULL", ndim,
+                    RG_MAX_DIMS), RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]), o = {s.dtype, ndim, {0}};
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < ndim; i++) {
+    o.dims[i] = dims[i];
+    if (dims[i] == -1 && infer < 0) infer = i;
+    else if (dims[i] < 0)
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "dims[%d] is %lld; sizes are >= 0 and one may "
+                      "be -1 (inferred)", i, (long long)dims[i]), RG_NONE;
+    else known *= dims[i];
+  }
+  int64_t n = numel_of(&s);
+  if (infer >= 0 && known > 0 && n % known == 0) o.dims[infer] = n / known;
+  if (numel_of(&o) != n || (infer >= 0 && known == 0))
+    return shape_error(ctx, call, "hold different numbers of elements", &s, &o), RG_NONE;
+  return emit1(ctx, RG_OP_COPY, in, o, NULL, NULL);
+}
+
+rg_tensor rg_permute(rg_ctx *ctx, rg_tensor x, const int *perm) {
+  const char *call = "rg_permute";
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, call, 1, ANY, &in[0])) return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]), o = s;
+  int64_t iv[4] = {0, 1, 2, 3};
+  unsigned seen = 0;
+  for (int i = 0; i < s.ndim; i++) {
+    int p = perm ? perm[i] : -1;
+    if (p < 0 || p >= s.ndim || (seen >> p & 1))
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "perm is not a permutation of 0..%d (entry "
+                      "%d is %d)", s.ndim - 1, i, p), RG_NONE;
+    seen |= 1u << p;
+    iv[i] = p;
+    o.dims[i] = s.dims[p];
+  }
+  return emit1(ctx, RG_OP_PERMUTE, in, o, iv, NULL);
+}
+
+rg_tensor rg_transpose(rg_ctx *ctx, rg_tensor x, int axis0, int axis1) {
+  uint32_t ref;
+  if (!ctx || !operand(ctx, x, "rg_transpose", 1, ANY, &ref)) return RG_NONE;
+  int nd = rg__t(ctx, ref)->ndim;
+  int a = norm_axis(ctx, "rg_transpose", axis0, nd), b = a < 0 ? -1 :
+          norm_axis(ctx, "rg_transpose", axis1, nd);
+  if (a < 0 || b < 0) return RG_NONE;
+  int perm[RG_MAX_DIMS] = {0, 1, 2, 3};
+  perm[a] = b;
+  perm[b] = a;
+  return rg_permute(ctx, x, perm);
+}
+
+rg_tensor rg_slice(rg_ctx *ctx, rg_tensor x, int axis, int64_t start, int64_t len) {
+  const char *call = "rg_slice";
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, call, 1, ANY, &in[0])) return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]), o = s;
+  int a = norm_axis(ctx, call, axis, s.ndim);
+  if (a < 0) return RG_NONE;
+  if (start < 0 || len < 0 || start > s.dims[a] - len)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "[%lld, %lld) is outside axis %d of size %lld",
+                    (long long)start, (long long)(start + len), axis, (long long)s.dims[a]),
+           RG_NONE;
+  o.dims[a] = len;
+  int64_t iv[4] = {a, start, len, 0};
+  return emit1(ctx, RG_OP_SLICE, in, o, iv, NULL);
+}
+
+rg_tensor rg_concat(rg_ctx *ctx, rg_tensor a, rg_tensor b, int axis) {
+  const char *call = "rg_concat";
+  uint32_t in[2];
+  if (!ctx || !operand(ctx, a, call, 1, ANY, &in[0]) || !operand(ctx, b, call, 2, ANY, &in[1]))
+    return RG_NONE;
+  rg_shape sa = rg__shape(ctx, in[0]), sb = rg__shape(ctx, in[1]), o = sa;
+  int ax = norm_axis(ctx, call, axis, sa.ndim);
+  if (ax < 0) return RG_NONE;
+  bool ok = sa.ndim == sb.ndim && sa.dtype == sb.dtype;
+  for (int i = 0; ok && i < sa.ndim; i++) ok = i == ax || sa.dims[i] == sb.dims[i];
+  if (!ok)
+    return shape_error(ctx, call, "cannot be joined: same dtype, same number of axes and "
+                       "equal sizes except on the joining axis", &sa, &sb), RG_NONE;
+  o.dims[ax] += sb.dims[ax];
+  int64_t iv[4] = {ax, 0, 0, 0};
+  return emit1(ctx, RG_OP_CONCAT, in, o, iv, NULL);
+}
+
+rg_tensor rg_dropout(rg_ctx *ctx, rg_tensor x, float p) {
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0])) return RG_NONE;
+  if (!(p >= 0 && p < 1))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_dropout", "p %g is outside [0, 1)", p), RG_NONE;
+  if (!ctx->training || p == 0) return x;
+  rg_shape s = rg__shape(ctx, in[0]);
+  int64_t iv[4] = {(int64_t)ctx->opt.seed, (int64_t)ctx->step, (int64_t)ctx->rng_calls, 0};
+  float fv[4] = {p, 0, 0, 0};
+  ctx->rng_calls += (uint64_t)numel_of(&s);
+  return emit1(ctx, RG_OP_DROPOUT, in, s, iv, fv);
+}
+
+rg_tensor rg_cast(rg_ctx *ctx, rg_tensor x, rg_dtype dtype) {
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, "rg_cast", 1, ANY, &in[0])) return RG_NONE;
+  if (dtype != RG_F32 && dtype != RG_BF16 && dtype != RG_I32)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_cast", "dtype %d is not RG_F32, RG_BF16 or RG_I32",
+                    (int)dtype), RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]);
+  s.dtype = dtype;
+  return emit1(ctx, RG_OP_CAST, in, s, NULL, NULL);
+}
+
+rg_tensor rg_detach(rg_ctx *ctx, rg_tensor x) {
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, x, "rg_detach", 1, ANY, &in[0])) return RG_NONE;
+  int saved = ctx->no_grad;
+  ctx->no_grad = 1;
+  rg_tensor r = emit1(ctx, RG_OP_COPY, in, rg__shape(ctx, in[0]), NULL, NULL);
+  ctx->no_grad = saved;
+  return r;
+}

@@ -1,0 +1,131 @@
+/*
+ * ops.h - the op table's spine: one row per op, in one list.
+ *
+ * X(ENUM, name, "public name", nin, nout). Every table that must cover every op (the CPU
+ * kernels, the CUDA kernels, the backward rules) is built from this list, so adding a row
+ * forces a visit to each of them: a missing rg_cpu_<name> fails the link.
+ *
+ * Node fields per op (n->i[], n->f[] are the baked scalars; inputs in order; "opt" means
+ * the input ref may be 0 = absent). Shapes are validated at record time; kernels trust
+ * them. All float tensors are F32 unless the row says otherwise.
+ *
+ *  UPLOAD    0 in, out: copy i[1] bytes from aux (host staging) into out at byte i[0].
+ *  FILL      0 in, out: every element = f[0].
+ *  ADD..DIV  a, b broadcast (numpy, right-aligned) to out's shape.
+ *  SCALE     out = x*f[0].     POW: x^f[0].    CLAMP: min(max(x,f[0]),f[1]).
+ *  unary     NEG EXP LOG SQRT RELU GELU(tanh approx) SILU SIGMOID TANH.
+ *  SUM MEAN MAX ARGMAX   x; i[0] = axis in [0,ndim) or -1 for all axes; i[1] = keepdim.
+ *            ARGMAX out is I32; first maximum wins (also for MAX's backward).
+ *  SUM_TO    x reduced by summation to out's shape (out broadcasts to x's shape;
+ *            out may have fewer axes): the gradient of a broadcast operand.
+ *  EXPAND    x broadcast to out's shape (numpy rules).
+ *  SOFTMAX LOG_SOFTMAX  over the last axis, max subtracted.
+ *  MATMUL    a [..,M,K] (or [..,K,M] if i[0]), b [..,K,N] (or [..,N,K] if i[1]);
+ *            batch axes broadcast to out [..,M,N].
+ *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out].
+ *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance.
+ *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps.
+ *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
+ *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> [B,H,T,D]; i[0] causal (key s
+ *            masked when s > t); scale 1/sqrt(D).
+ *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean; i[0] = has ignore,
+ *            i[1] = ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
+ *  MSE       pred, target same shape -> scalar mean((p-t)^2).
+ *  COPY      out = x (same element count; used by reshape and detach).
+ *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
+ *  SLICE     x; i[0] axis, i[1] start, i[2] len.
+ *  CONCAT    a, b; i[0] axis.
+ *  DROPOUT   x; f[0] = p; i[0] = seed, i[1] = step, i[2] = counter base. Element e is kept
+ *            iff rg_philox_uniform(seed, step, base + e) >= p; kept values scaled 1/(1-p).
+ *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
+ * Backward ops (recorded only by rg_backward):
+ *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out
+ *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
+ *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
+ *  LAYERNORM_BWD (x, gamma opt, g; f[0]) -> dx, dgamma [C], dbeta [C]
+ *  RMSNORM_BWD   (x, gamma opt, g; f[0]) -> dx, dgamma [C]
+ *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
+ *  ATTENTION_BWD (q, k, v, g; i[0] causal) -> dq, dk, dv
+ *  CROSS_ENTROPY_BWD (logits, targets, g scalar; i[0], i[1]) -> dlogits
+ *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
+ * In-place ops (no out; in[0] is modified; they run in program order like any node):
+ *  ACCUM     in[0] += in[1] (same shape).
+ *  ZERO_LIST aux = rg_list of tensors to zero.
+ *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
+ *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
+ *            0 and gradients scaled by min(1, max_norm/(norm+1e-6)).
+ *  ADAMW     aux = rg_optim; in[0] = clip state or 0. SGD likewise.
+ */
+#ifndef RG_OPS_H
+#define RG_OPS_H
+
+#define RG_OPS(X)                                             \
+  X(UPLOAD, upload, "rg_input", 0, 1)                         \
+  X(FILL, fill, "rg_fill", 0, 1)                              \
+  X(ADD, add, "rg_add", 2, 1)                                 \
+  X(SUB, sub, "rg_sub", 2, 1)                                 \
+  X(MUL, mul, "rg_mul", 2, 1)                                 \
+  X(DIV, div, "rg_div", 2, 1)                                 \
+  X(SCALE, scale, "rg_scale", 1, 1)                           \
+  X(POW, pow, "rg_pow", 1, 1)                                 \
+  X(CLAMP, clamp, "rg_clamp", 1, 1)                           \
+  X(NEG, neg, "rg_neg", 1, 1)                                 \
+  X(EXP, exp, "rg_exp", 1, 1)                                 \
+  X(LOG, log, "rg_log", 1, 1)                                 \
+  X(SQRT, sqrt, "rg_sqrt", 1, 1)                              \
+  X(RELU, relu, "rg_relu", 1, 1)                              \
+  X(GELU, gelu, "rg_gelu", 1, 1)                              \
+  X(SILU, silu, "rg_silu", 1, 1)                              \
+  X(SIGMOID, sigmoid, "rg_sigmoid", 1, 1)                     \
+  X(TANH, tanh, "rg_tanh", 1, 1)                              \
+  X(SUM, sum, "rg_sum", 1, 1)                                 \
+  X(MEAN, mean, "rg_mean", 1, 1)                              \
+  X(MAX, max, "rg_max", 1, 1)                                 \
+  X(ARGMAX, argmax, "rg_argmax", 1, 1)                        \
+  X(SUM_TO, sum_to, "rg_sum_to", 1, 1)                        \
+  X(EXPAND, expand, "rg_expand", 1, 1)                        \
+  X(SOFTMAX, softmax, "rg_softmax", 1, 1)                     \
+  X(LOG_SOFTMAX, log_softmax, "rg_log_softmax", 1, 1)         \
+  X(MATMUL, matmul, "rg_matmul", 2, 1)                        \
+  X(LINEAR, linear, "rg_linear", 3, 1)                        \
+  X(LAYERNORM, layernorm, "rg_layernorm", 3, 1)               \
+  X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
+  X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
+  X(ATTENTION, attention, "rg_attention", 3, 1)               \
+  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 1)   \
+  X(MSE, mse, "rg_mse", 2, 1)                                 \
+  X(COPY, copy, "rg_copy", 1, 1)                              \
+  X(PERMUTE, permute, "rg_permute", 1, 1)                     \
+  X(SLICE, slice, "rg_slice", 1, 1)                           \
+  X(CONCAT, concat, "rg_concat", 2, 1)                        \
+  X(DROPOUT, dropout, "rg_dropout", 1, 1)                     \
+  X(CAST, cast, "rg_cast", 1, 1)                              \
+  X(RELU_BWD, relu_bwd, "rg_relu'", 2, 1)                     \
+  X(GELU_BWD, gelu_bwd, "rg_gelu'", 2, 1)                     \
+  X(SILU_BWD, silu_bwd, "rg_silu'", 2, 1)                     \
+  X(SIGMOID_BWD, sigmoid_bwd, "rg_sigmoid'", 2, 1)            \
+  X(TANH_BWD, tanh_bwd, "rg_tanh'", 2, 1)                     \
+  X(CLAMP_BWD, clamp_bwd, "rg_clamp'", 2, 1)                  \
+  X(MAX_BWD, max_bwd, "rg_max'", 2, 1)                        \
+  X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1)            \
+  X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1)\
+  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 3, 3)      \
+  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 3, 2)            \
+  X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
+  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 4, 3)      \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 3, 1) \
+  X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
+  X(ACCUM, accum, "rg_backward", 2, 0)                        \
+  X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
+  X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \
+  X(ADAMW, adamw, "rg_optim_step", 1, 0)                      \
+  X(SGD, sgd, "rg_optim_step", 1, 0)
+
+typedef enum rg_op {
+#define RG_OP_ENUM(E, n, s, ni, no) RG_OP_##E,
+  RG_OPS(RG_OP_ENUM)
+#undef RG_OP_ENUM
+  RG_OP_COUNT
+} rg_op;
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * optim.c - AdamW and SGD over every parameter, gradient clipping.
+ *
+ * Invariants: an optimizer's state (moments, hyperparameters, step count) lives in the
+ * persistent pool, so a step records one fused node whose scalars are read from device
+ * memory: changing the learning rate or counting steps never changes the recorded graph.
+ * A non-finite gradient norm found by rg_clip_grad_norm makes the next update skip, with
+ * weights, moments and the step count bit-identical.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static rg_status new_state(rg_ctx *ctx, rg_list *l, int n, bool make) {
+  l->ref = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *l->ref);
+  if (!l->ref) return rg__fail(ctx, RG_ERR_OOM, "rg_optim", "out of host memory");
+  l->n = n;
+  for (int i = 0; make && i < n; i++) {
+    rg_tinfo *p = rg__t(ctx, ctx->prefs[i]);
+    uint32_t r = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, p->ndim, p->dims, "rg_optim");
+    if (!r) return ctx->err;
+    rg_status st = ctx->be->zero(ctx, rg__t(ctx, r)->data, rg__t(ctx, r)->nbytes);
+    if (st != RG_OK) return rg__fail(ctx, st, "rg_optim", "could not zero optimizer state");
+    l->ref[i] = r;
+  }
+  return RG_OK;
+}
+
+static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, bool moments1) {
+  rg_optim *o = rg__calloc(ctx, 1, sizeof *o);
+  if (!o) return rg__fail(ctx, RG_ERR_OOM, "rg_optim", "out of host memory"), NULL;
+  o->ctx = ctx;
+  o->kind = kind;
+  o->pgen = ctx->pool[RG_POOL_PERSISTENT].gen;
+  int n = ctx->nparams;
+  rg_status st = new_state(ctx, &o->params, n, false);
+  if (st == RG_OK) st = new_state(ctx, &o->grads, n, false);
+  if (st == RG_OK) st = new_state(ctx, &o->m, moments1 ? n : 0, moments1);
+  if (st == RG_OK) st = new_state(ctx, &o->v, moments2 ? n : 0, moments2);
+  for (int i = 0; st == RG_OK && i < n; i++) {
+    o->params.ref[i] = ctx->prefs[i];
+    o->grads.ref[i] = rg__t(ctx, ctx->prefs[i])->grad;
+  }
+  int64_t hd = RG_H_COUNT, one = 1;
+  if (st == RG_OK && !(o->hyper = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 1, &hd, "rg_optim")))
+    st = ctx->err;
+  if (st == RG_OK && !(o->step = rg__new(ctx, RG_POOL_PERSISTENT, RG_I32, 1, &one, "rg_optim")))
+    st = ctx->err;
+  if (st == RG_OK) st = ctx->be->upload(ctx, rg__t(ctx, o->hyper)->data, hyper, RG_H_COUNT * 4);
+  if (st == RG_OK) st = ctx->be->zero(ctx, rg__t(ctx, o->step)->data, 4);
+  if (st != RG_OK) {
+    rg__fail(ctx, st, "rg_optim", "could not create the optimizer state");
+    rg__free(ctx, o->params.ref);
+    rg__free(ctx, o->grads.ref);
+    rg__free(ctx, o->m.ref);
+    rg__free(ctx, o->v.ref);
+    rg__free(ctx, o);
+    return NULL;
+  }
+  ctx->st.up.count++;
+  ctx->st.up.bytes += RG_H_COUNT * 4;
+  ctx->st.up_site[RG_SITE_OPTIM].count++;
+  ctx->st.up_site[RG_SITE_OPTIM].bytes += RG_H_COUNT * 4;
+  o->next = ctx->optims;
+  ctx->optims = o;
+  return o;
+}
+
+rg_optim *rg_optim_adamw(rg_ctx *ctx, const rg_adamw_options *opt) {
+  if (!ctx) return NULL;
+  rg_adamw_options d = opt ? *opt : (rg_adamw_options){0};
+  float h[RG_H_COUNT] = {d.lr ? d.lr : 1e-3f, d.beta1 ? d.beta1 : 0.9f,
+                         d.beta2 ? d.beta2 : 0.999f, d.eps ? d.eps : 1e-8f, d.weight_decay};
+  if (!(h[0] > 0) || !(h[1] >= 0 && h[1] < 1) || !(h[2] >= 0 && h[2] < 1) || !(h[3] > 0) ||
+      !(h[4] >= 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_adamw", "hyperparameters out of range: lr "
+                    "%g > 0, betas %g, %g in [0,1), eps %g > 0, weight_decay %g >= 0", h[0],
+                    h[1], h[2], h[3], h[4]), NULL;
+  return make(ctx, RG_OPT_ADAMW, h, true, true);
+}
+
+rg_optim *rg_optim_sgd(rg_ctx *ctx, const rg_sgd_options *opt) {
+  if (!ctx) return NULL;
+  rg_sgd_options d = opt ? *opt : (rg_sgd_options){0};
+  float h[RG_H_COUNT] = {d.lr ? d.lr : 1e-2f, d.momentum, 0, 0, d.weight_decay};
+  if (!(h[0] > 0) || !(h[1] >= 0 && h[1] < 1) || !(h[4] >= 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_sgd", "hyperparameters out of range: lr %g "
+                    "> 0, momentum %g in [0,1), weight_decay %g >= 0", h[0], h[1], h[4]), NULL;
+  return make(ctx, RG_OPT_SGD, h, false, d.momentum != 0);
+}
+
+static bool usable(rg_optim *o, const char *call) {
+  if (!o) return false;
+  if (o->pgen != o->ctx->pool[RG_POOL_PERSISTENT].gen) {
+    rg__fail(o->ctx, RG_ERR_STALE, call, "the optimizer's parameters were freed by "
+             "rg_reset(RG_POOL_PERSISTENT); free it and create a new one");
+    return false;
+  }
+  return true;
+}
+
+rg_status rg_optim_step(rg_optim *o) {
+  if (!usable(o, "rg_optim_step")) return o ? o->ctx->err : RG_ERR_MISUSE;
+  rg_ctx *ctx = o->ctx;
+  uint32_t in[RG_MAX_IN] = {ctx->clip_pending ? ctx->clip : 0, 0, 0, 0};
+  ctx->clip_pending = 0;
+  return rg__emit(ctx, o->kind == RG_OPT_ADAMW ? RG_OP_ADAMW : RG_OP_SGD, in, NULL, NULL, NULL,
+                  o, NULL);
+}
+
+rg_status rg_optim_set_lr(rg_optim *o, float lr) {
+  if (!usable(o, "rg_optim_set_lr")) return o ? o->ctx->err : RG_ERR_MISUSE;
+  rg_ctx *ctx = o->ctx;
+  if (!(lr > 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_lr", "lr %g must be > 0", lr);
+  float *stage = rg__stage(ctx, sizeof lr);
+  if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_optim_set_lr", "out of staging memory");
+  *stage = lr;
+  if (!rg__record(ctx, RG_OP_UPLOAD)) return ctx->err;
+  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
+  n->out[0] = o->hyper;
+  n->i[0] = RG_H_LR * 4;
+  n->i[1] = 4;
+  n->aux = stage;
+  ctx->st.up.count++;
+  ctx->st.up.bytes += 4;
+  ctx->st.up_site[RG_SITE_OPTIM].count++;
+  ctx->st.up_site[RG_SITE_OPTIM].bytes += 4;
+  return rg__commit(ctx, n);
+}
+
+int64_t rg_optim_steps(rg_optim *o) {
+  if (!usable(o, "rg_optim_steps")) return -1;
+  rg_ctx *ctx = o->ctx;
+  rg__drain(ctx, RG_DRAIN_READ);
+  int32_t s = 0;
+  if (ctx->be->download(ctx, &s, rg__t(ctx, o->step)->data, 4) != RG_OK) return -1;
+  ctx->st.down.count++;
+  ctx->st.down.bytes += 4;
+  ctx->st.down_site[RG_SITE_OPTIM].count++;
+  ctx->st.down_site[RG_SITE_OPTIM].bytes += 4;
+  return s;
+}
+
+rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!(max_norm > 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_clip_grad_norm", "max_norm %g must be > 0",
+                    max_norm);
+  if (!ctx->clip) {
+    int64_t two = 2;
+    uint32_t c = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 1, &two, "rg_clip_grad_norm");
+    if (!c) return ctx->err;
+    rg_status st = ctx->be->zero(ctx, rg__t(ctx, c)->data, 8);
+    if (st != RG_OK) return rg__fail(ctx, st, "rg_clip_grad_norm", "could not zero its state");
+    ctx->clip = c;
+  }
+  uint32_t in[RG_MAX_IN] = {ctx->clip, 0, 0, 0};
+  float fv[4] = {max_norm, 0, 0, 0};
+  rg_status st = rg__emit(ctx, RG_OP_CLIP, in, NULL, NULL, fv, &ctx->zero_list, NULL);
+  if (st == RG_OK) ctx->clip_pending = 1;
+  return st;
+}
+
+void rg_optim_free(rg_optim *o) {
+  if (!o) return;
+  rg_ctx *ctx = o->ctx;
+  rg__drain(ctx, RG_DRAIN_SYNC); /* queued steps point at o */
+  for (rg_optim **p = &ctx->optims; *p; p = &(*p)->next)
+    if (*p == o) {
+      *p = o->next;
+      break;
+    }
+  rg__free(ctx, o->params.ref);
+  rg__free(ctx, o->grads.ref);
+  rg__free(ctx, o->m.ref);
+  rg__free(ctx, o->v.ref);
+  rg__free(ctx, o);
+}

@@ -1,0 +1,181 @@
+/*
+ * queue.c - recording nodes, the barrier (drain), and the calls that reset pools.
+ *
+ * Invariants:
+ *  - ctx->nodes holds every node of the current pass generation in program order, which
+ *    is a valid topological order; [q_head, n_nodes) is the queue, the rest has run.
+ *  - A drain runs the queue exactly once. If a node fails, the nodes before it are
+ *    READY, its outputs and every later pass-pool output become FAILED with the message,
+ *    and the queue is dropped (never retried). Persistent tensors never become FAILED:
+ *    an in-place update that did not run simply left the old value.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+rg_node *rg__record(rg_ctx *ctx, rg_op op) {
+  size_t cap = ctx->cap_nodes;
+  if (!rg__grow(ctx, (void **)&ctx->nodes, sizeof *ctx->nodes, ctx->n_nodes + 1, &cap)) {
+    rg__fail(ctx, RG_ERR_OOM, rg_optab[op].name, "out of host memory for the queue");
+    return NULL;
+  }
+  ctx->cap_nodes = cap;
+  rg_node *n = &ctx->nodes[ctx->n_nodes++];
+  memset(n, 0, sizeof *n);
+  n->op = (uint16_t)op;
+  n->nin = (uint8_t)rg_optab[op].nin;
+  n->nout = (uint8_t)rg_optab[op].nout;
+  n->label = ctx->lsp ? ctx->lstack[ctx->lsp - 1] : 0;
+  return n;
+}
+
+rg_status rg__commit(rg_ctx *ctx, rg_node *n) {
+  uint32_t idx = (uint32_t)(n - ctx->nodes) + 1;
+  bool grad = false;
+  for (int i = 0; i < n->nin && !ctx->no_grad; i++)
+    if (n->in[i] && (rg__t(ctx, n->in[i])->flags & RG_T_GRAD)) grad = true;
+  if (grad) n->flags |= RG_N_GRAD;
+  for (int i = 0; i < n->nout; i++) {
+    if (!n->out[i] || (n->out[i] >> 31)) continue; /* persistent: updated in place */
+    rg_tinfo *t = rg__t(ctx, n->out[i]);
+    t->node = idx;
+    t->state = RG_PENDING;
+    if (grad && (t->dtype == RG_F32 || t->dtype == RG_BF16)) t->flags |= RG_T_GRAD;
+  }
+  ctx->st.nodes_recorded++;
+  size_t queued = ctx->n_nodes - ctx->q_head;
+  if (queued > ctx->st.queue_peak) ctx->st.queue_peak = queued;
+  if (ctx->opt.check) return rg__drain(ctx, RG_DRAIN_CHECK);
+  if (queued >= ctx->opt.max_queued) return rg__drain(ctx, RG_DRAIN_GUARD);
+  return RG_OK;
+}
+
+void *rg__stage(rg_ctx *ctx, size_t bytes) {
+  return rg__arena_alloc(ctx, &ctx->stage, bytes, NULL, true);
+}
+
+static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_t fail) {
+  for (size_t k = first; k < last; k++) {
+    rg_node *n = &ctx->nodes[k];
+    for (int i = 0; i < n->nout; i++) {
+      if (!n->out[i] || (n->out[i] >> 31)) continue;
+      rg_tinfo *t = rg__t(ctx, n->out[i]);
+      t->state = (uint8_t)state;
+      t->fail = fail;
+    }
+  }
+}
+
+/* Keeps "op [label]: reason" for the values of a failed drain; 0 if out of memory (the
+   values then report a generic message). */
+static uint32_t keep_failure(rg_ctx *ctx, const char *msg) {
+  size_t cap = ctx->capfails;
+  if (!rg__grow(ctx, (void **)&ctx->fails, sizeof *ctx->fails, ctx->nfails + 1, &cap)) return 0;
+  ctx->capfails = (uint32_t)cap;
+  char *d = rg__strdup(ctx, msg);
+  if (!d) return 0;
+  ctx->fails[ctx->nfails++] = d;
+  return ctx->nfails;
+}
+
+rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why) {
+  size_t first = ctx->q_head, last = ctx->n_nodes;
+  if (first == last) return RG_OK;
+  ctx->q_head = last; /* detached before it runs: never retried */
+  ctx->st.drains++;
+  ctx->st.drain_reason[why]++;
+  size_t failed = last;
+  rg_status soft = RG_OK;
+  char msg[768] = "";
+  rg_status st = ctx->be->execute(ctx, first, last, &failed, &soft, msg, sizeof msg);
+  if (st == RG_OK) {
+    set_state(ctx, first, last, RG_READY, 0);
+    ctx->st.nodes_executed += last - first;
+    if (soft != RG_OK) {
+      const rg_node *n = &ctx->nodes[failed < last ? failed : first];
+      const char *lab = rg__label_str(ctx, n->label);
+      ctx->err == RG_OK ? (void)snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s%s%s%s: %s",
+                                         rg_optab[n->op].name, *lab ? " [" : "", lab,
+                                         *lab ? "]" : "", msg)
+                        : (void)0;
+      if (ctx->err == RG_OK) ctx->err = soft;
+      return soft;
+    }
+    return RG_OK;
+  }
+  if (failed < first || failed >= last) failed = first;
+  const rg_node *n = &ctx->nodes[failed];
+  const char *lab = rg__label_str(ctx, n->label);
+  char full[1024];
+  snprintf(full, sizeof full, "%s%s%s%s: %s", rg_optab[n->op].name, *lab ? " [" : "", lab,
+           *lab ? "]" : "", msg);
+  set_state(ctx, first, failed, RG_READY, 0);
+  set_state(ctx, failed, last, RG_FAILED, keep_failure(ctx, full));
+  ctx->st.nodes_executed += failed - first;
+  if (ctx->err == RG_OK) {
+    ctx->err = st;
+    snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", full);
+  }
+  return st;
+}
+
+/* ---- barriers and resets ------------------------------------------------------------ */
+
+rg_status rg_sync(rg_ctx *ctx) { return ctx ? rg__drain(ctx, RG_DRAIN_SYNC) : RG_ERR_MISUSE; }
+
+static void reset_pass(rg_ctx *ctx) {
+  rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
+  rg__arena_reset(ctx, &p->arena, false, false);
+  rg__arena_reset(ctx, &ctx->stage, true, false);
+  p->gen++;
+  p->n = 0;
+  p->bytes = 0;
+  ctx->n_nodes = ctx->q_head = 0;
+  for (uint32_t i = 0; i < ctx->nfails; i++) rg__free(ctx, ctx->fails[i]);
+  ctx->nfails = 0;
+  ctx->rng_calls = 0;
+}
+
+static void reset_persistent(rg_ctx *ctx) {
+  rg_pool_s *p = &ctx->pool[RG_POOL_PERSISTENT];
+  /* Nodes refer to persistent slots that are about to vanish: drop the tape, and make
+     the pass tensors it produced into leaves (their values stay readable). */
+  ctx->n_nodes = ctx->q_head = 0;
+  for (uint32_t i = 0; i < ctx->pool[RG_POOL_PASS].n; i++) {
+    rg_tinfo *t = &ctx->pool[RG_POOL_PASS].t[i];
+    t->node = 0;
+    t->grad = 0;
+    t->flags = 0;
+  }
+  rg__arena_reset(ctx, &p->arena, false, true);
+  p->gen++;
+  p->n = 0;
+  p->bytes = 0;
+  void rg__free_params(rg_ctx *);
+  rg__free_params(ctx);
+  rg__free(ctx, ctx->zero_list.ref);
+  ctx->zero_list.ref = NULL;
+  ctx->zero_list.n = 0;
+  ctx->clip = 0;
+  ctx->clip_pending = 0;
+}
+
+rg_status rg_step_begin(rg_ctx *ctx) {
+  if (!ctx) return RG_ERR_MISUSE;
+  rg_status st = rg__drain(ctx, RG_DRAIN_STEP);
+  reset_pass(ctx);
+  ctx->step++;
+  return st;
+}
+
+rg_status rg_reset(rg_ctx *ctx, rg_pool pool) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (pool != RG_POOL_PASS && pool != RG_POOL_PERSISTENT)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_reset", "pool %d is not RG_POOL_PASS or "
+                    "RG_POOL_PERSISTENT", (int)pool);
+  rg_status st = rg__drain(ctx, RG_DRAIN_RESET);
+  if (pool == RG_POOL_PASS) reset_pass(ctx);
+  else reset_persistent(ctx);
+  return st;
+}

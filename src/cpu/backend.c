@@ -1,0 +1,106 @@
+/*
+ * backend.c - the CPU backend: memory is host memory, transfers are memcpy, and a drain
+ * runs each node's kernel in program order. It is the reference every other backend is
+ * compared against.
+ */
+#include "cpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef rg_status (*rg_cpu_fn)(rg_kargs *k);
+static const rg_cpu_fn kernels[] = {
+#define RG_CPU_ROW(E, n, s, ni, no) [RG_OP_##E] = rg_cpu_##n,
+    RG_OPS(RG_CPU_ROW)
+#undef RG_CPU_ROW
+};
+_Static_assert(sizeof kernels / sizeof kernels[0] == RG_OP_COUNT, "every op has a CPU kernel");
+
+static int threads_of(rg_ctx *ctx) {
+  if (ctx->opt.threads > 0) return ctx->opt.threads;
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+static rg_status cpu_open(rg_ctx *ctx) {
+  snprintf(ctx->devname, sizeof ctx->devname, "cpu (%d threads)", threads_of(ctx));
+  ctx->be_state = ctx; /* no state of its own; non-NULL marks "open" */
+  return RG_OK;
+}
+static void cpu_close(rg_ctx *ctx) { ctx->be_state = NULL; }
+
+/* Arena chunks are aligned like device memory so kernels may use aligned vector loads. */
+static void *cpu_alloc(rg_ctx *ctx, size_t bytes) {
+  if (!rg__alloc_tick(ctx)) return NULL; /* failure injection */
+  return aligned_alloc(RG_ALIGN, (bytes + RG_ALIGN - 1) / RG_ALIGN * RG_ALIGN + RG_ALIGN);
+}
+static void cpu_free(rg_ctx *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+static rg_status cpu_copy(rg_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  if (bytes) memcpy(dst, src, bytes);
+  return RG_OK;
+}
+static rg_status cpu_zero(rg_ctx *ctx, void *dst, size_t bytes) {
+  (void)ctx;
+  if (bytes) memset(dst, 0, bytes);
+  return RG_OK;
+}
+
+static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
+                             rg_status *soft, char *msg, size_t msgcap) {
+  rg_kargs k;
+  int threads = threads_of(ctx);
+  for (size_t i = first; i < last; i++) {
+    const rg_node *n = &ctx->nodes[i];
+    memset(&k, 0, sizeof k);
+    k.ctx = ctx;
+    k.node = n;
+    k.threads = threads;
+    k.msg = msg;
+    k.msgcap = msgcap;
+    for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
+    for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
+    rg_status st = kernels[n->op](&k);
+    ctx->st.launches++;
+    if (st != RG_OK) {
+      *failed = i;
+      return st;
+    }
+    if (k.soft != RG_OK && *soft == RG_OK) {
+      *soft = k.soft;
+      *failed = i;
+    }
+  }
+  return RG_OK;
+}
+
+static rg_status cpu_sync(rg_ctx *ctx) {
+  (void)ctx;
+  return RG_OK;
+}
+
+const rg_backend rg_cpu_backend = {
+    .name = "cpu",
+    .chunk_min = (size_t)1 << 20,
+    .open = cpu_open,
+    .close = cpu_close,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .execute = cpu_execute,
+    .sync = cpu_sync,
+};

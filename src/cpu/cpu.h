@@ -1,0 +1,29 @@
+/*
+ * cpu.h - the CPU backend's kernels: one rg_cpu_<op> per row of ops.h.
+ *
+ * A kernel gets validated views (rg_kargs) and returns RG_OK, or a status with the reason
+ * in k->msg (the core prefixes the op's name and label). Kernels never allocate tensors;
+ * scratch comes from the stack or rg__malloc(k->ctx, ...) and is freed before return.
+ * OpenMP splits rows with num_threads(k->threads); results do not depend on the thread
+ * count (each output element is written by one thread, reductions in a fixed order).
+ */
+#ifndef RG_CPU_H
+#define RG_CPU_H
+
+#include "../core/internal.h"
+
+#define RG_CPU_DECL(E, n, s, ni, no) rg_status rg_cpu_##n(rg_kargs *k);
+RG_OPS(RG_CPU_DECL)
+#undef RG_CPU_DECL
+
+/* C[M,N] = op(A) op(B) (+ C if accumulate), row-major with leading dimensions; BLAS
+   sgemm when the build found one, the built-in blocked GEMM otherwise. */
+void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                 int accumulate, int threads);
+/* The built-in GEMM, always compiled (tests compare it with a naive loop). */
+void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                         int accumulate, int threads);
+
+#endif

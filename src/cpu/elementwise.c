@@ -1,0 +1,286 @@
+/*
+ * elementwise.c - CPU kernels that map elements one to one: upload, fill, the broadcasting
+ * binary ops, scale/pow/clamp, the unary activations and their elementwise backward ops.
+ *
+ * Invariants:
+ *  - Shapes were validated at record time: a binary op's operands broadcast (numpy,
+ *    right-aligned) to out, and every other op's inputs have out's element count.
+ *  - Each output element is written by exactly one thread and depends only on its own
+ *    inputs, so results never depend on the thread count.
+ *  - NaN propagates through relu and clamp as it does in PyTorch (comparisons are
+ *    written so that a NaN input falls through to the NaN-producing branch).
+ */
+#include "cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Elements per parallel work item: large enough that a thread's start-up (~1 us) is
+   small against the work, small enough that a few cores share a 1 MB tensor. */
+#define EW_CHUNK 16384
+
+static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- upload and fill ------------------------------------------------------------------ */
+
+rg_status rg_cpu_upload(rg_kargs *k) {
+  const rg_node *n = k->node;
+  memcpy((char *)k->out[0].p + n->i[0], n->aux, (size_t)n->i[1]);
+  return RG_OK;
+}
+
+rg_status rg_cpu_fill(rg_kargs *k) {
+  const rg_tv *o = &k->out[0];
+  float v = k->node->f[0];
+  if (o->dtype == RG_BF16) {
+    uint16_t h = rg_f32_to_bf16(v);
+    uint16_t *p = o->p;
+    for (int64_t i = 0; i < o->n; i++) p[i] = h;
+  } else if (o->dtype == RG_I32) {
+    /* Fill values for index tensors are small integers; truncate as CAST does. */
+    int32_t iv = (v != v) ? 0 : (int32_t)fmax(fmin((double)v, 2147483647.0), -2147483648.0);
+    int32_t *p = o->p;
+    for (int64_t i = 0; i < o->n; i++) p[i] = iv;
+  } else {
+    float *p = o->p;
+#pragma omp parallel for num_threads(nthreads(k)) if(o->n > 4 * EW_CHUNK) schedule(static)
+    for (int64_t i = 0; i < o->n; i++) p[i] = v;
+  }
+  return RG_OK;
+}
+
+/* ---- binary ops with broadcasting ----------------------------------------------------- */
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV };
+
+/* o[i] = a[i*sa] op b[i*sb]; the switch sits outside the loops so each loop vectorises. */
+static void bin_span(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
+                     int64_t n) {
+  switch (op) {
+  case B_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
+  case B_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
+  case B_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
+  default: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+  }
+}
+
+/* Strides (in elements) of x seen through out's axes: 0 where x is broadcast. */
+static void bcast_strides(const rg_tv *x, const rg_tv *out, int64_t st[RG_MAX_DIMS]) {
+  int64_t s = 1;
+  int lead = out->ndim - x->ndim;
+  for (int j = out->ndim - 1; j >= 0; j--) {
+    int xa = j - lead;
+    if (xa < 0 || x->dims[xa] == 1) {
+      st[j] = 0;
+    } else {
+      st[j] = s;
+      s *= x->dims[xa];
+    }
+  }
+}
+
+/* Offset of x's element for out's row r (all axes but the last). */
+static int64_t row_offset(const rg_tv *out, const int64_t st[RG_MAX_DIMS], int64_t r) {
+  int64_t off = 0;
+  for (int j = out->ndim - 2; j >= 0; j--) {
+    off += (r % out->dims[j]) * st[j];
+    r /= out->dims[j];
+  }
+  return off;
+}
+
+/* True when v holds out's last axis and nothing else ([C], [1,C], ...). */
+static bool is_trailing_vector(const rg_tv *v, const rg_tv *out) {
+  return out->ndim >= 1 && v->ndim >= 1 && v->dims[v->ndim - 1] == out->dims[out->ndim - 1] &&
+         v->n == out->dims[out->ndim - 1];
+}
+
+static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
+                     int64_t n, int threads) {
+  int64_t nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+#pragma omp parallel for num_threads(threads) if(nchunk > 1) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    int64_t lo = c * EW_CHUNK;
+    bin_span(op, a + lo * sa, sa, b + lo * sb, sb, o + lo, min64(EW_CHUNK, n - lo));
+  }
+}
+
+/* a full, v a trailing-axis vector; v_first says which side of op v is on. */
+static void bin_rowvec(int op, const float *full, const float *v, bool v_first, float *o,
+                       int64_t rows, int64_t C, int threads) {
+#pragma omp parallel for num_threads(threads) if(rows * C > EW_CHUNK) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    if (v_first)
+      bin_span(op, v, 1, full + r * C, 1, o + r * C, C);
+    else
+      bin_span(op, full + r * C, 1, v, 1, o + r * C, C);
+  }
+}
+
+static void bin_general(int op, const rg_tv *a, const rg_tv *b, const rg_tv *o, int threads) {
+  int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
+  bcast_strides(a, o, sa);
+  bcast_strides(b, o, sb);
+  int64_t C = o->dims[o->ndim - 1], rows = o->n / C;
+  const float *pa = a->p, *pb = b->p;
+  float *po = o->p;
+#pragma omp parallel for num_threads(threads) if(o->n > EW_CHUNK) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    bin_span(op, pa + row_offset(o, sa, r), sa[o->ndim - 1], pb + row_offset(o, sb, r),
+             sb[o->ndim - 1], po + r * C, C);
+  }
+}
+
+static rg_status binary(rg_kargs *k, int op) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
+  int t = nthreads(k);
+  if (o->n == 0) return RG_OK;
+  /* Equal counts mean equal shapes up to leading 1s, since both broadcast to out. */
+  if (a->n == o->n && b->n == o->n) {
+    bin_flat(op, a->p, 1, b->p, 1, o->p, o->n, t);
+  } else if (a->n == o->n && b->n == 1) {
+    bin_flat(op, a->p, 1, b->p, 0, o->p, o->n, t);
+  } else if (b->n == o->n && a->n == 1) {
+    bin_flat(op, a->p, 0, b->p, 1, o->p, o->n, t);
+  } else if (a->n == o->n && is_trailing_vector(b, o)) {
+    int64_t C = o->dims[o->ndim - 1];
+    bin_rowvec(op, a->p, b->p, false, o->p, o->n / C, C, t);
+  } else if (b->n == o->n && is_trailing_vector(a, o)) {
+    int64_t C = o->dims[o->ndim - 1];
+    bin_rowvec(op, b->p, a->p, true, o->p, o->n / C, C, t);
+  } else {
+    bin_general(op, a, b, o, t);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_add(rg_kargs *k) { return binary(k, B_ADD); }
+rg_status rg_cpu_sub(rg_kargs *k) { return binary(k, B_SUB); }
+rg_status rg_cpu_mul(rg_kargs *k) { return binary(k, B_MUL); }
+rg_status rg_cpu_div(rg_kargs *k) { return binary(k, B_DIV); }
+
+/* ---- unary ops ------------------------------------------------------------------------ */
+
+enum { U_SCALE, U_POW, U_CLAMP, U_NEG, U_EXP, U_LOG, U_SQRT, U_RELU, U_GELU, U_SILU,
+       U_SIGMOID, U_TANH };
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+/* Never evaluates exp of a large positive argument, so no spurious overflow to inf/inf. */
+static inline float sigmoidf(float x) {
+  if (x >= 0.f) return 1.f / (1.f + expf(-x));
+  float e = expf(x);
+  return e / (1.f + e);
+}
+
+static inline float geluf(float x) {
+  return 0.5f * x * (1.f + tanhf(GELU_C * (x + GELU_A * x * x * x)));
+}
+
+static void pow_span(const float *x, float *y, int64_t n, float p) {
+  if (p == 2.f) { /* exact either way; the multiply is just cheaper */
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+  } else if (p == 1.f) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) y[i] = powf(x[i], p);
+  }
+}
+
+static void unary_span(int op, const float *x, float *y, int64_t n, float p0, float p1) {
+  switch (op) {
+  case U_SCALE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * p0; break;
+  case U_POW: pow_span(x, y, n, p0); break;
+  case U_CLAMP:
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
+    break;
+  case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+  case U_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
+  case U_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
+  case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+  case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.f ? 0.f : x[i]; break;
+  case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = geluf(x[i]); break;
+  case U_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] * sigmoidf(x[i]); break;
+  case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]); break;
+  default: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+  }
+}
+
+static rg_status unary(rg_kargs *k, int op) {
+  const float *x = k->in[0].p;
+  float *y = k->out[0].p;
+  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+  float p0 = k->node->f[0], p1 = k->node->f[1];
+#pragma omp parallel for num_threads(nthreads(k)) if(nchunk > 1) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    int64_t lo = c * EW_CHUNK;
+    unary_span(op, x + lo, y + lo, min64(EW_CHUNK, n - lo), p0, p1);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_scale(rg_kargs *k) { return unary(k, U_SCALE); }
+rg_status rg_cpu_pow(rg_kargs *k) { return unary(k, U_POW); }
+rg_status rg_cpu_clamp(rg_kargs *k) { return unary(k, U_CLAMP); }
+rg_status rg_cpu_neg(rg_kargs *k) { return unary(k, U_NEG); }
+rg_status rg_cpu_exp(rg_kargs *k) { return unary(k, U_EXP); }
+rg_status rg_cpu_log(rg_kargs *k) { return unary(k, U_LOG); }
+rg_status rg_cpu_sqrt(rg_kargs *k) { return unary(k, U_SQRT); }
+rg_status rg_cpu_relu(rg_kargs *k) { return unary(k, U_RELU); }
+rg_status rg_cpu_gelu(rg_kargs *k) { return unary(k, U_GELU); }
+rg_status rg_cpu_silu(rg_kargs *k) { return unary(k, U_SILU); }
+rg_status rg_cpu_sigmoid(rg_kargs *k) { return unary(k, U_SIGMOID); }
+rg_status rg_cpu_tanh(rg_kargs *k) { return unary(k, U_TANH); }
+
+/* ---- elementwise backward: (x or y, g) -> dx ------------------------------------------- */
+
+enum { D_RELU, D_GELU, D_SILU, D_SIGMOID, D_TANH, D_CLAMP };
+
+/* d/dx of the tanh-approximation GELU, differentiated exactly (not the erf form). */
+static inline float gelu_grad(float x) {
+  float x2 = x * x;
+  float t = tanhf(GELU_C * (x + GELU_A * x2 * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * GELU_C * (1.f + 3.f * GELU_A * x2);
+}
+
+static inline float silu_grad(float x) {
+  float s = sigmoidf(x);
+  return s * (1.f + x * (1.f - s));
+}
+
+/* u is the forward input x, except for sigmoid and tanh where it is the forward output. */
+static void dgrad_span(int op, const float *u, const float *g, float *d, int64_t n, float lo,
+                       float hi) {
+  switch (op) {
+  case D_RELU: for (int64_t i = 0; i < n; i++) d[i] = u[i] > 0.f ? g[i] : 0.f; break;
+  case D_GELU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * gelu_grad(u[i]); break;
+  case D_SILU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * silu_grad(u[i]); break;
+  case D_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = g[i] * u[i] * (1.f - u[i]); break;
+  case D_TANH: for (int64_t i = 0; i < n; i++) d[i] = g[i] * (1.f - u[i] * u[i]); break;
+  default: /* the public contract: gradient only strictly inside (lo, hi) */
+    for (int64_t i = 0; i < n; i++) d[i] = (u[i] > lo && u[i] < hi) ? g[i] : 0.f;
+    break;
+  }
+}
+
+static rg_status dgrad(rg_kargs *k, int op) {
+  const float *u = k->in[0].p, *g = k->in[1].p;
+  float *d = k->out[0].p;
+  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+  float lo = k->node->f[0], hi = k->node->f[1];
+#pragma omp parallel for num_threads(nthreads(k)) if(nchunk > 1) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    int64_t o = c * EW_CHUNK;
+    dgrad_span(op, u + o, g + o, d + o, min64(EW_CHUNK, n - o), lo, hi);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_relu_bwd(rg_kargs *k) { return dgrad(k, D_RELU); }
+rg_status rg_cpu_gelu_bwd(rg_kargs *k) { return dgrad(k, D_GELU); }
+rg_status rg_cpu_silu_bwd(rg_kargs *k) { return dgrad(k, D_SILU); }
+rg_status rg_cpu_sigmoid_bwd(rg_kargs *k) { return dgrad(k, D_SIGMOID); }
+rg_status rg_cpu_tanh_bwd(rg_kargs *k) { return dgrad(k, D_TANH); }
+rg_status rg_cpu_clamp_bwd(rg_kargs *k) { return dgrad(k, D_CLAMP); }

@@ -1,0 +1,224 @@
+/*
+ * matmul.c - CPU matrix products: matmul (transpose flags, broadcast batch axes), linear,
+ * and the GEMM under both: BLAS sgemm when the build found one (RG_HAVE_CBLAS), else a
+ * built-in cache-blocked GEMM that is always compiled so tests can compare the two.
+ *
+ * Invariants:
+ *  - Row-major throughout. op(A) is M x K and op(B) is K x N; a transposed operand is
+ *    read through its leading dimension, never copied to a transposed temporary.
+ *  - The built-in GEMM splits C into fixed MC x NC tiles and gives each tile to one
+ *    thread, which walks K in fixed KC blocks: every element of C is summed in an order
+ *    fixed by the shapes alone, so results are identical for any thread count.
+ *  - No heap: the packed panels live on the calling thread's stack (64 KB per thread).
+ */
+#include "cpu.h"
+
+#include <string.h>
+
+#ifdef RG_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+/* Register tile MR x NR; with SSE2 its accumulators fill 8 of the 16 vector registers,
+   leaving room for the B row and the broadcast A value. */
+#define MR 4
+#define NR 8
+/* Cache tile: a packed A panel (MC x KC, 32 KB) and B panel (KC x NC, 32 KB) stay in L2
+   while the micro-kernel sweeps them. */
+#define MC 64
+#define NC 64
+#define KC 128
+/* Below this many multiply-adds a GEMM runs on the calling thread only. */
+#define GEMM_PAR_MIN (1 << 18)
+
+static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- the built-in GEMM ---------------------------------------------------------------- */
+
+typedef struct gemm_args {
+  int ta, tb, accumulate;
+  int64_t M, N, K, lda, ldb, ldc;
+  const float *A, *B;
+  float *C;
+} gemm_args;
+
+/* op(A)[i0.., p0..] into MR-row strips, k-major inside a strip; rows past mc are zero. */
+static void pack_a(const gemm_args *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float *ap) {
+  for (int64_t s = 0; s < mc; s += MR) {
+    float *dst = ap + s * kc;
+    for (int64_t p = 0; p < kc; p++) {
+      for (int64_t r = 0; r < MR; r++) {
+        int64_t i = i0 + s + r, q = p0 + p;
+        float v = 0.f;
+        if (s + r < mc) v = g->ta ? g->A[q * g->lda + i] : g->A[i * g->lda + q];
+        dst[p * MR + r] = v;
+      }
+    }
+  }
+}
+
+/* op(B)[p0.., j0..] into NR-column strips, k-major inside a strip; columns past nc are
+   zero. */
+static void pack_b(const gemm_args *g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                   float *bp) {
+  for (int64_t s = 0; s < nc; s += NR) {
+    float *dst = bp + s * kc;
+    int64_t w = min64(NR, nc - s);
+    for (int64_t p = 0; p < kc; p++) {
+      int64_t q = p0 + p;
+      for (int64_t c = 0; c < NR; c++) {
+        int64_t j = j0 + s + c;
+        float v = 0.f;
+        if (c < w) v = g->tb ? g->B[j * g->ldb + q] : g->B[q * g->ldb + j];
+        dst[p * NR + c] = v;
+      }
+    }
+  }
+}
+
+/* C[mr x nr] (+)= packed A strip * packed B strip over kc. */
+static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                  int64_t mr, int64_t nr, bool add) {
+  float acc[MR][NR] = {{0}};
+  for (int64_t p = 0; p < kc; p++) {
+    const float *a = ap + p * MR, *b = bp + p * NR;
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
+  }
+  for (int64_t i = 0; i < mr; i++) {
+    float *row = c + i * ldc;
+    if (add)
+      for (int64_t j = 0; j < nr; j++) row[j] += acc[i][j];
+    else
+      for (int64_t j = 0; j < nr; j++) row[j] = acc[i][j];
+  }
+}
+
+static void gemm_tile(const gemm_args *g, int64_t i0, int64_t j0) {
+  _Alignas(64) float ap[MC * KC];
+  _Alignas(64) float bp[KC * NC];
+  int64_t mc = min64(MC, g->M - i0), nc = min64(NC, g->N - j0);
+  for (int64_t p0 = 0; p0 < g->K; p0 += KC) {
+    int64_t kc = min64(KC, g->K - p0);
+    bool add = p0 > 0 || g->accumulate;
+    pack_a(g, i0, mc, p0, kc, ap);
+    pack_b(g, p0, kc, j0, nc, bp);
+    for (int64_t s = 0; s < mc; s += MR) {
+      for (int64_t t = 0; t < nc; t += NR) {
+        float *c = g->C + (i0 + s) * g->ldc + j0 + t;
+        micro(kc, ap + s * kc, bp + t * kc, c, g->ldc, min64(MR, mc - s), min64(NR, nc - t),
+              add);
+      }
+    }
+  }
+}
+
+static void zero_or_keep(const gemm_args *g) {
+  if (g->accumulate) return; /* C + 0 = C */
+  for (int64_t i = 0; i < g->M; i++) memset(g->C + i * g->ldc, 0, (size_t)g->N * sizeof(float));
+}
+
+void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                         int accumulate, int threads) {
+  gemm_args g = {ta, tb, accumulate, M, N, K, lda, ldb, ldc, A, B, C};
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    zero_or_keep(&g);
+    return;
+  }
+  int64_t mb = (M + MC - 1) / MC, nb = (N + NC - 1) / NC;
+  int nt = threads > 0 ? threads : 1;
+  bool par = nt > 1 && mb * nb > 1 && M * N * K >= GEMM_PAR_MIN;
+#pragma omp parallel for num_threads(nt) if(par) schedule(static)
+  for (int64_t w = 0; w < mb * nb; w++) gemm_tile(&g, (w / nb) * MC, (w % nb) * NC);
+}
+
+#ifdef RG_HAVE_CBLAS
+/* BLAS picks its own threads; their number is set process-wide, not per call. */
+void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
+                 int threads) {
+  (void)threads;
+  if (M <= 0 || N <= 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, accumulate ? 1.0f : 0.0f,
+              C, (int)ldc);
+}
+#define RG_GEMM_NESTS 0 /* calling BLAS from our own threads risks oversubscription */
+#else
+void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
+                 int threads) {
+  rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
+}
+#define RG_GEMM_NESTS 1
+#endif
+
+/* ---- matmul ---------------------------------------------------------------------------- */
+
+/* Element strides of x's matrices along out's batch axes (0 where x is broadcast). */
+static void batch_strides(const rg_tv *x, const rg_tv *o, int64_t st[RG_MAX_DIMS]) {
+  int nb = o->ndim - 2, lead = o->ndim - x->ndim;
+  int64_t s = x->dims[x->ndim - 1] * x->dims[x->ndim - 2];
+  for (int j = nb - 1; j >= 0; j--) {
+    int xa = j - lead;
+    if (xa < 0 || x->dims[xa] == 1) {
+      st[j] = 0;
+    } else {
+      st[j] = s;
+      s *= x->dims[xa];
+    }
+  }
+}
+
+static int64_t batch_offset(const rg_tv *o, const int64_t st[RG_MAX_DIMS], int64_t b) {
+  int64_t off = 0;
+  for (int j = o->ndim - 3; j >= 0; j--) {
+    off += (b % o->dims[j]) * st[j];
+    b /= o->dims[j];
+  }
+  return off;
+}
+
+rg_status rg_cpu_matmul(rg_kargs *k) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
+  int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0, nd = o->ndim;
+  int64_t M = o->dims[nd - 2], N = o->dims[nd - 1];
+  int64_t K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  int64_t nbatch = (M > 0 && N > 0) ? o->n / (M * N) : 0;
+  int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
+  batch_strides(a, o, sa);
+  batch_strides(b, o, sb);
+  const float *pa = a->p, *pb = b->p;
+  float *po = o->p;
+  int nt = nthreads(k);
+  /* Many independent products: one per thread beats splitting each one. */
+  bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
+#pragma omp parallel for num_threads(nt) if(by_batch) schedule(static)
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    rg_cpu_gemm(ta, tb, M, N, K, pa + batch_offset(o, sa, bi), lda, pb + batch_offset(o, sb, bi),
+                ldb, po + bi * M * N, N, 0, by_batch ? 1 : nt);
+  }
+  return RG_OK;
+}
+
+/* ---- linear ---------------------------------------------------------------------------- */
+
+rg_status rg_cpu_linear(rg_kargs *k) {
+  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2];
+  int64_t O = w->dims[0], I = w->dims[1], R = I ? x->n / I : 0;
+  float *y = k->out[0].p;
+  if (bias->p) { /* start from the bias and let the GEMM accumulate onto it */
+    for (int64_t r = 0; r < R; r++) memcpy(y + r * O, bias->p, (size_t)O * sizeof(float));
+  }
+  if (I == 0) { /* an empty product is zero */
+    if (!bias->p) memset(y, 0, (size_t)k->out[0].n * sizeof(float));
+    return RG_OK;
+  }
+  rg_cpu_gemm(0, 1, R, O, I, x->p, I, w->p, I, y, O, bias->p != NULL, nthreads(k));
+  return RG_OK;
+}

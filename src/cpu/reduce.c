@@ -1,0 +1,284 @@
+/*
+ * reduce.c - CPU reductions and their companions: sum, mean, max, argmax over one axis or
+ * all axes, max's backward, sum_to (the gradient of a broadcast operand) and expand (the
+ * broadcast itself).
+ *
+ * Invariants:
+ *  - A one-axis reduction sees x as [outer, len, inner] and writes out as [outer, inner];
+ *    keepdim only changes out's shape, never this layout. i[0] < 0 means all axes.
+ *  - Sums accumulate in double, each output in a fixed order that depends only on the
+ *    shapes (never on the thread count), so results are identical for any thread count.
+ *  - Max and argmax take the first maximum; a NaN counts as larger than any number (the
+ *    first NaN wins), as in PyTorch.
+ */
+#include "cpu.h"
+
+#include <string.h>
+
+/* Inner-axis block: one double accumulator per column on the stack (2 KB), so a
+   reduction over a leading axis streams whole rows instead of striding down columns. */
+#define RB 256
+/* Below this many input elements a reduction runs on one thread. */
+#define PAR_MIN 32768
+/* An all-axes sum splits into at most this many fixed chunks (partials on the stack). */
+#define MAX_CHUNKS 64
+
+static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct span3 { int64_t outer, len, inner; } span3;
+
+static span3 split_axis(const rg_tv *x, int64_t axis) {
+  span3 s = {1, x->n, 1};
+  if (axis < 0 || x->ndim == 0) return s;
+  s.len = x->dims[axis];
+  for (int64_t a = 0; a < axis; a++) s.outer *= x->dims[a];
+  for (int64_t a = axis + 1; a < x->ndim; a++) s.inner *= x->dims[a];
+  return s;
+}
+
+/* Sum of n floats in double. The chunking depends only on n, so the rounding does too. */
+static double det_sum(const float *x, int64_t n, int threads) {
+  double part[MAX_CHUNKS];
+  int64_t nchunk = min64(MAX_CHUNKS, (n + PAR_MIN - 1) / PAR_MIN);
+  if (nchunk < 1) nchunk = 1;
+  int64_t csize = (n + nchunk - 1) / nchunk;
+#pragma omp parallel for num_threads(threads) if(nchunk > 1) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    double s = 0;
+    int64_t hi = min64(n, (c + 1) * csize);
+    for (int64_t i = c * csize; i < hi; i++) s += x[i];
+    part[c] = s;
+  }
+  double s = 0;
+  for (int64_t c = 0; c < nchunk; c++) s += part[c];
+  return s;
+}
+
+/* ---- sum and mean --------------------------------------------------------------------- */
+
+/* One block of columns [i0, i0+nb) of outer slice o, summed over len. */
+static void sum_block(const float *x, span3 s, int64_t o, int64_t i0, int64_t nb, double div,
+                      float *out) {
+  double acc[RB] = {0};
+  for (int64_t l = 0; l < s.len; l++) {
+    const float *row = x + (o * s.len + l) * s.inner + i0;
+    for (int64_t j = 0; j < nb; j++) acc[j] += row[j];
+  }
+  for (int64_t j = 0; j < nb; j++) out[o * s.inner + i0 + j] = (float)(acc[j] / div);
+}
+
+static rg_status sum_mean(rg_kargs *k, bool mean) {
+  const rg_tv *x = &k->in[0];
+  const float *px = x->p;
+  float *po = k->out[0].p;
+  span3 s = split_axis(x, k->node->i[0]);
+  if (s.outer * s.inner == 1) { /* one output: spread the single sum over threads */
+    double t = det_sum(px, x->n, nthreads(k));
+    po[0] = (float)(mean ? t / (double)x->n : t);
+    return RG_OK;
+  }
+  double div = mean ? (double)s.len : 1.0;
+  int64_t nblk = (s.inner + RB - 1) / RB, work = s.outer * nblk;
+#pragma omp parallel for num_threads(nthreads(k)) if(x->n > PAR_MIN) schedule(static)
+  for (int64_t w = 0; w < work; w++) {
+    int64_t i0 = (w % nblk) * RB;
+    sum_block(px, s, w / nblk, i0, min64(RB, s.inner - i0), div, po);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_sum(rg_kargs *k) { return sum_mean(k, false); }
+rg_status rg_cpu_mean(rg_kargs *k) { return sum_mean(k, true); }
+
+/* ---- max, argmax and max's backward ---------------------------------------------------- */
+
+static inline bool beats(float v, float best) {
+  return v > best || (v != v && best == best);
+}
+
+/* First arg-max along len for columns [i0, i0+nb) of slice o. */
+static void argmax_block(const float *x, span3 s, int64_t o, int64_t i0, int64_t nb,
+                         int64_t *arg) {
+  float best[RB];
+  const float *row0 = x + o * s.len * s.inner + i0;
+  for (int64_t j = 0; j < nb; j++) {
+    best[j] = row0[j];
+    arg[j] = 0;
+  }
+  for (int64_t l = 1; l < s.len; l++) {
+    const float *row = row0 + l * s.inner;
+    for (int64_t j = 0; j < nb; j++) {
+      if (beats(row[j], best[j])) {
+        best[j] = row[j];
+        arg[j] = l;
+      }
+    }
+  }
+}
+
+enum { M_MAX, M_ARGMAX, M_BWD };
+
+static void max_item(rg_kargs *k, int mode, span3 s, int64_t o, int64_t i0, int64_t nb) {
+  const float *x = k->in[0].p;
+  int64_t arg[RB];
+  argmax_block(x, s, o, i0, nb, arg);
+  for (int64_t j = 0; j < nb; j++) {
+    int64_t oi = o * s.inner + i0 + j;                  /* output (and g) index */
+    int64_t xi = (o * s.len + arg[j]) * s.inner + i0 + j; /* x index of the maximum */
+    if (mode == M_MAX)
+      ((float *)k->out[0].p)[oi] = x[xi];
+    else if (mode == M_ARGMAX)
+      ((int32_t *)k->out[0].p)[oi] = (int32_t)arg[j];
+    else
+      ((float *)k->out[0].p)[xi] = ((const float *)k->in[1].p)[oi];
+  }
+}
+
+static rg_status max_common(rg_kargs *k, int mode) {
+  span3 s = split_axis(&k->in[0], k->node->i[0]);
+  if (mode == M_BWD) memset(k->out[0].p, 0, (size_t)k->out[0].n * sizeof(float));
+  int64_t nblk = (s.inner + RB - 1) / RB, work = s.outer * nblk;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t w = 0; w < work; w++) {
+    int64_t i0 = (w % nblk) * RB;
+    max_item(k, mode, s, w / nblk, i0, min64(RB, s.inner - i0));
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_max(rg_kargs *k) { return max_common(k, M_MAX); }
+rg_status rg_cpu_argmax(rg_kargs *k) { return max_common(k, M_ARGMAX); }
+rg_status rg_cpu_max_bwd(rg_kargs *k) { return max_common(k, M_BWD); }
+
+/* ---- sum_to ---------------------------------------------------------------------------- */
+
+/* x's axes of size > 1, split into those out keeps and those it sums away. */
+typedef struct axset {
+  int n;
+  int64_t size[RG_MAX_DIMS], stride[RG_MAX_DIMS];
+} axset;
+
+static void axset_push(axset *s, int64_t size, int64_t stride) {
+  s->size[s->n] = size;
+  s->stride[s->n] = stride;
+  s->n++;
+}
+
+/* x offset of the idx-th element of the row-major walk over s's axes. */
+static int64_t axset_offset(const axset *s, int64_t idx) {
+  int64_t off = 0;
+  for (int a = s->n - 1; a >= 0; a--) {
+    off += (idx % s->size[a]) * s->stride[a];
+    idx /= s->size[a];
+  }
+  return off;
+}
+
+static int64_t axset_count(const axset *s) {
+  int64_t c = 1;
+  for (int a = 0; a < s->n; a++) c *= s->size[a];
+  return c;
+}
+
+static void split_kept(const rg_tv *x, const rg_tv *out, axset *kept, axset *red) {
+  int lead = x->ndim - out->ndim;
+  int64_t stride = 1;
+  int64_t st[RG_MAX_DIMS];
+  for (int a = x->ndim - 1; a >= 0; a--) {
+    st[a] = stride;
+    stride *= x->dims[a];
+  }
+  kept->n = red->n = 0;
+  for (int a = 0; a < x->ndim; a++) {
+    if (x->dims[a] == 1) continue;
+    bool keep = a - lead >= 0 && out->dims[a - lead] == x->dims[a];
+    axset_push(keep ? kept : red, x->dims[a], st[a]);
+  }
+}
+
+/* The innermost x axis is kept: out's innermost axis is contiguous in both, so sum whole
+   rows of it into a block of double accumulators. */
+static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, int threads,
+                        bool big) {
+  int64_t I = kept.size[kept.n - 1];
+  kept.n--; /* the rest index the outer kept positions */
+  int64_t ko = axset_count(&kept), rcount = axset_count(red);
+  int64_t nblk = (I + RB - 1) / RB;
+#pragma omp parallel for num_threads(threads) if(big) schedule(static)
+  for (int64_t w = 0; w < ko * nblk; w++) {
+    int64_t kk = w / nblk, i0 = (w % nblk) * RB, nb = min64(RB, I - i0);
+    const float *base = x + axset_offset(&kept, kk) + i0;
+    double acc[RB] = {0};
+    for (int64_t r = 0; r < rcount; r++) {
+      const float *row = base + axset_offset(red, r);
+      for (int64_t j = 0; j < nb; j++) acc[j] += row[j];
+    }
+    for (int64_t j = 0; j < nb; j++) o[kk * I + i0 + j] = (float)acc[j];
+  }
+}
+
+/* The innermost x axis is summed away: each output sums contiguous runs of it. */
+static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, int threads,
+                        bool big) {
+  int64_t L = red.size[red.n - 1];
+  red.n--;
+  int64_t nout = axset_count(kept), rcount = axset_count(&red);
+#pragma omp parallel for num_threads(threads) if(big) schedule(static)
+  for (int64_t e = 0; e < nout; e++) {
+    const float *base = x + axset_offset(kept, e);
+    double acc = 0;
+    for (int64_t r = 0; r < rcount; r++) {
+      const float *run = base + axset_offset(&red, r);
+      for (int64_t j = 0; j < L; j++) acc += run[j];
+    }
+    o[e] = (float)acc;
+  }
+}
+
+rg_status rg_cpu_sum_to(rg_kargs *k) {
+  const rg_tv *x = &k->in[0], *out = &k->out[0];
+  axset kept, red;
+  split_kept(x, out, &kept, &red);
+  bool big = x->n > PAR_MIN;
+  if (red.n == 0) { /* nothing to sum: the shapes differ only by size-1 axes */
+    memcpy(out->p, x->p, (size_t)x->n * sizeof(float));
+  } else if (kept.n == 0) {
+    ((float *)out->p)[0] = (float)det_sum(x->p, x->n, nthreads(k));
+  } else if (kept.stride[kept.n - 1] == 1) {
+    sum_to_rows(x->p, out->p, kept, &red, nthreads(k), big);
+  } else {
+    sum_to_runs(x->p, out->p, &kept, red, nthreads(k), big);
+  }
+  return RG_OK;
+}
+
+/* ---- expand ---------------------------------------------------------------------------- */
+
+rg_status rg_cpu_expand(rg_kargs *k) {
+  const rg_tv *x = &k->in[0], *o = &k->out[0];
+  const float *px = x->p;
+  float *po = o->p;
+  if (o->ndim == 0 || x->n == o->n) {
+    memcpy(po, px, (size_t)o->n * sizeof(float));
+    return RG_OK;
+  }
+  int64_t st[RG_MAX_DIMS], s = 1;
+  int lead = o->ndim - x->ndim;
+  for (int j = o->ndim - 1; j >= 0; j--) {
+    bool bc = j < lead || x->dims[j - lead] == 1;
+    st[j] = bc ? 0 : s;
+    if (!bc) s *= x->dims[j - lead];
+  }
+  int64_t C = o->dims[o->ndim - 1], rows = o->n / C, sc = st[o->ndim - 1];
+#pragma omp parallel for num_threads(nthreads(k)) if(o->n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t off = 0, rr = r;
+    for (int j = o->ndim - 2; j >= 0; j--) {
+      off += (rr % o->dims[j]) * st[j];
+      rr /= o->dims[j];
+    }
+    for (int64_t c = 0; c < C; c++) po[r * C + c] = px[off + c * sc];
+  }
+  return RG_OK;
+}

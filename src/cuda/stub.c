@@ -1,0 +1,42 @@
+/*
+ * stub.c - the CUDA backend of a build that has none.
+ *
+ * The core always refers to rg_cuda_backend and rg_cuda_available (DESIGN.md section 2:
+ * "a build without CUDA links a stub that answers RG_ERR_UNSUPPORTED, so core code carries
+ * no #ifdef CUDA"). This file is that stub, and for now it is linked into every build,
+ * because the real backend (the .cu files of src/cuda) is not written yet.
+ *
+ * Invariants: rg_cuda_available() is 0, so RG_DEVICE_AUTO always picks the CPU; asking
+ * for RG_DEVICE_CUDA fails in open with RG_ERR_UNSUPPORTED and a message saying what to
+ * do; every other member is NULL because a context never gets past open with this
+ * backend. RG_CUDA_STUB_WHY (set by CMakeLists.txt) picks the reason given.
+ */
+#include "core/internal.h"
+
+#ifndef RG_CUDA_STUB_WHY
+#define RG_CUDA_STUB_WHY 0
+#endif
+
+static const char *stub_reason(void) {
+  switch (RG_CUDA_STUB_WHY) {
+  case 1: return "it was configured with RG_CUDA=OFF";
+  case 2: return "no CUDA toolkit was found when it was configured";
+  case 3: return "the CUDA backend is not implemented yet (the toolkit was found)";
+  default: return "it was built without src/cuda";
+  }
+}
+
+static rg_status stub_open(rg_ctx *ctx) {
+  return rg__fail(ctx, RG_ERR_UNSUPPORTED, "rg_open",
+                  "this build of resgrad has no CUDA backend: %s. Open the context with "
+                  "device RG_DEVICE_CPU, or RG_DEVICE_AUTO (which uses the CPU when no "
+                  "CUDA backend is available)",
+                  stub_reason());
+}
+
+const rg_backend rg_cuda_backend = {
+    .name = "cuda (not built)",
+    .open = stub_open,
+};
+
+int rg_cuda_available(void) { return 0; }

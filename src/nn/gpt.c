@@ -1,0 +1,229 @@
+/*
+ * gpt.c - a GPT-2 model (token + position embeddings, pre-norm blocks, tied head) on the
+ * public API, mirroring bench/torch_ref.py's GPT in structure and initialisation.
+ *
+ * Invariants: parameters are made in GPT-2's state-dict order (wte, wpe, h.0..h.L-1,
+ * ln_f) so one seed gives one model; the struct holds handles only (the context owns the
+ * parameters), so freeing it never touches the device; the struct, its blocks and its
+ * label are one malloc block.
+ */
+#include "nn_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rg_gpt {
+  rg_ctx *ctx;
+  rg_gpt_config cfg;
+  const char *label; /* prefix without its trailing '.', "" for none; inside this block */
+  rg_nn_embedding wte, wpe;
+  rg_nn_layernorm ln_f;
+  rg_nn_block h[];   /* cfg.layers */
+};
+
+/* malloc'd prefix + formatted name (prefix verbatim, as the header promises). */
+static char *pname(const char *prefix, const char *fmt, ...) {
+  char leaf[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(leaf, sizeof leaf, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(prefix), m = strlen(leaf);
+  char *s = malloc(n + m + 1);
+  if (s) {
+    memcpy(s, prefix, n);
+    memcpy(s + n, leaf, m + 1);
+  }
+  return s;
+}
+
+static const char *bad_config(const rg_gpt_config *c) {
+  if (!c) return "cfg is NULL";
+  if (c->vocab <= 0 || c->vocab > INT32_MAX)
+    return "vocab must be in [1, 2^31) (token ids are I32)";
+  if (c->block <= 0) return "block (the longest sequence) must be positive";
+  if (c->layers < 0) return "layers must be >= 0";
+  if (c->width <= 0 || c->heads <= 0) return "width and heads must be positive";
+  if (c->width % c->heads)
+    return "width must be a multiple of heads (head size = width/heads)";
+  if (!(c->dropout >= 0 && c->dropout < 1)) return "dropout must be in [0, 1)";
+  return NULL;
+}
+
+static rg_status make_params(rg_gpt *g, const char *prefix) {
+  rg_ctx *ctx = g->ctx;
+  const rg_gpt_config *c = &g->cfg;
+  /* GPT-2: each residual projection adds to a stream that sums 2L of them, so its std is
+     scaled by 1/sqrt(2L) to keep the stream's variance independent of depth. */
+  const float std = 0.02f, proj_std = c->layers ? 0.02f / sqrtf(2.0f * (float)c->layers) : 0;
+  rg_status st = RG_OK;
+  char *nm = pname(prefix, "wte");
+  st = nm ? rg_nn_embedding_init(ctx, &g->wte, nm, c->vocab, c->width, std) : RG_ERR_OOM;
+  free(nm);
+  if (st == RG_OK) {
+    nm = pname(prefix, "wpe");
+    st = nm ? rg_nn_embedding_init(ctx, &g->wpe, nm, c->block, c->width, std) : RG_ERR_OOM;
+    free(nm);
+  }
+  for (int64_t i = 0; st == RG_OK && i < c->layers; i++) {
+    nm = pname(prefix, "h.%lld", (long long)i);
+    st = nm ? rg_nn_block_init(ctx, &g->h[i], nm, c->width, c->heads, std, proj_std,
+                               c->dropout)
+            : RG_ERR_OOM;
+    free(nm);
+  }
+  if (st == RG_OK) {
+    nm = pname(prefix, "ln_f");
+    st = nm ? rg_nn_layernorm_init(ctx, &g->ln_f, nm, c->width, 0) : RG_ERR_OOM;
+    free(nm);
+  }
+  if (st == RG_ERR_OOM && rg_error(ctx) == RG_OK)
+    rg__nn_misuse(ctx, "rg_gpt_new: out of host memory for parameter names");
+  return st;
+}
+
+rg_gpt *rg_gpt_new(rg_ctx *ctx, const rg_gpt_config *cfg, const char *prefix) {
+  if (!ctx) return NULL;
+  const char *why = bad_config(cfg);
+  if (why) {
+    if (cfg)
+      rg__nn_misuse(ctx,
+                    "rg_gpt_new: %s (vocab %lld, block %lld, layers %lld, width %lld, "
+                    "heads %lld, dropout %g)",
+                    why, (long long)cfg->vocab, (long long)cfg->block, (long long)cfg->layers,
+                    (long long)cfg->width, (long long)cfg->heads, (double)cfg->dropout);
+    else
+      rg__nn_misuse(ctx, "rg_gpt_new: %s; pass the address of an rg_gpt_config", why);
+    return NULL;
+  }
+  if (!prefix) prefix = "";
+  size_t plen = strlen(prefix);
+  size_t head = sizeof(rg_gpt) + (size_t)cfg->layers * sizeof(rg_nn_block);
+  rg_gpt *g = calloc(1, head + plen + 1);
+  if (!g) {
+    rg__nn_misuse(ctx, "rg_gpt_new: out of host memory for the model struct (%zu bytes)",
+                  head + plen + 1);
+    return NULL;
+  }
+  g->ctx = ctx;
+  g->cfg = *cfg;
+  char *label = (char *)g + head;
+  memcpy(label, prefix, plen + 1);
+  if (plen && label[plen - 1] == '.') label[plen - 1] = 0;
+  g->label = label;
+  if (make_params(g, prefix) != RG_OK) {
+    free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static void push(rg_gpt *g) {
+  if (*g->label) rg_label_push(g->ctx, g->label);
+}
+static void pop(rg_gpt *g) {
+  if (*g->label) rg_label_pop(g->ctx);
+}
+
+/* Checks idx is I32 [B, T] with T <= block; sets the error and returns 0 if not. */
+static int check_idx(rg_gpt *g, rg_tensor idx) {
+  rg_ctx *ctx = g->ctx;
+  int nd = rg_ndim(ctx, idx);
+  if (!rg_is_live(ctx, idx)) return 0; /* rg_ndim has set the error (or kept the first) */
+  if (nd != 2) {
+    rg__nn_misuse(ctx, "rg_gpt_forward: idx has %d axes; pass token ids as I32 [B, T] "
+                       "(reshape one sequence [T] to [1, T])", nd);
+    return 0;
+  }
+  if (rg_dtype_of(ctx, idx) != RG_I32) {
+    rg__nn_misuse(ctx, "rg_gpt_forward: idx must be I32 token ids; make it with "
+                       "rg_input(ctx, RG_I32, ...) or rg_cast(ctx, x, RG_I32)");
+    return 0;
+  }
+  int64_t B = rg_dim(ctx, idx, 0), T = rg_dim(ctx, idx, 1);
+  if (T > g->cfg.block || T < 1 || B < 1) {
+    rg__nn_misuse(ctx,
+                  "rg_gpt_forward: idx is [%lld, %lld] but the model's block size is %lld; "
+                  "pass 1 to %lld positions (crop each sequence to its last %lld tokens) or "
+                  "make the model with block >= %lld",
+                  (long long)B, (long long)T, (long long)g->cfg.block, (long long)g->cfg.block,
+                  (long long)g->cfg.block, (long long)T);
+    return 0;
+  }
+  return 1;
+}
+
+rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
+  if (!g) return RG_NONE;
+  rg_ctx *ctx = g->ctx;
+  push(g);
+  if (!check_idx(g, idx)) {
+    pop(g);
+    return RG_NONE;
+  }
+  int64_t T = rg_dim(ctx, idx, 1);
+  rg_label_push(ctx, "wte");
+  rg_tensor x = rg_add(ctx, rg_nn_embedding_forward(ctx, &g->wte, idx),
+                       rg_slice(ctx, g->wpe.w, 0, 0, T)); /* [B,T,C] + [T,C] */
+  if (g->cfg.dropout > 0) x = rg_dropout(ctx, x, g->cfg.dropout);
+  rg_label_pop(ctx);
+  for (int64_t i = 0; i < g->cfg.layers; i++) {
+    char lab[32];
+    snprintf(lab, sizeof lab, "h.%lld", (long long)i);
+    rg_label_push(ctx, lab);
+    x = rg_nn_block_forward(ctx, &g->h[i], x);
+    rg_label_pop(ctx);
+  }
+  rg_label_push(ctx, "head");
+  x = rg_nn_layernorm_forward(ctx, &g->ln_f, x);
+  x = rg_linear(ctx, x, g->wte.w, RG_NONE); /* the head is tied to wte */
+  rg_label_pop(ctx);
+  pop(g);
+  return x;
+}
+
+static rg_tensor loss(rg_gpt *g, rg_tensor idx, rg_tensor targets, int ignore, int index) {
+  if (!g) return RG_NONE;
+  rg_tensor logits = rg_gpt_forward(g, idx);
+  push(g);
+  rg_label_push(g->ctx, "loss");
+  rg_tensor l = ignore ? rg_cross_entropy_ignore(g->ctx, logits, targets, index)
+                       : rg_cross_entropy(g->ctx, logits, targets);
+  rg_label_pop(g->ctx);
+  pop(g);
+  return l;
+}
+
+rg_tensor rg_gpt_loss(rg_gpt *g, rg_tensor idx, rg_tensor targets) {
+  return loss(g, idx, targets, 0, 0);
+}
+
+rg_tensor rg_gpt_loss_ignore(rg_gpt *g, rg_tensor idx, rg_tensor targets, int ignore_index) {
+  return loss(g, idx, targets, 1, ignore_index);
+}
+
+static int64_t numel2(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
+  return rg_numel(ctx, a) + (b.id ? rg_numel(ctx, b) : 0);
+}
+
+int64_t rg_gpt_param_count(const rg_gpt *g) {
+  if (!g) return -1;
+  rg_ctx *ctx = g->ctx;
+  int64_t n = rg_numel(ctx, g->wte.w) + rg_numel(ctx, g->wpe.w);
+  for (int64_t i = 0; i < g->cfg.layers; i++) {
+    const rg_nn_block *b = &g->h[i];
+    n += numel2(ctx, b->ln_1.w, b->ln_1.b) + numel2(ctx, b->ln_2.w, b->ln_2.b);
+    n += numel2(ctx, b->attn.c_attn.w, b->attn.c_attn.b);
+    n += numel2(ctx, b->attn.c_proj.w, b->attn.c_proj.b);
+    n += numel2(ctx, b->mlp.c_fc.w, b->mlp.c_fc.b);
+    n += numel2(ctx, b->mlp.c_proj.w, b->mlp.c_proj.b);
+  }
+  return n + numel2(ctx, g->ln_f.w, g->ln_f.b);
+}
+
+const rg_gpt_config *rg_gpt_config_of(const rg_gpt *g) { return g ? &g->cfg : NULL; }
+
+void rg_gpt_free(rg_gpt *g) { free(g); }

@@ -1,0 +1,30 @@
+/*
+ * nn_util.h - helpers shared by the files of src/nn (not installed, not public).
+ *
+ * src/nn sees the library only through resgrad.h; these helpers exist because that API
+ * has no call to raise an error with a layer's own message (see rg__nn_misuse).
+ */
+#ifndef RG_NN_UTIL_H
+#define RG_NN_UTIL_H
+
+#include "resgrad_nn.h"
+
+#if defined(__GNUC__)
+#define RG_NN_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define RG_NN_HIDDEN
+#endif
+
+/* Sets the sticky error to RG_ERR_MISUSE with the formatted explanation in its message,
+   unless an error is already set (the first one stands). */
+RG_NN_HIDDEN void rg__nn_misuse(rg_ctx *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* The sticky status, or RG_ERR_MISUSE if (unexpectedly) none is set. */
+RG_NN_HIDDEN rg_status rg__nn_status(rg_ctx *ctx);
+/* malloc'd "<name>.<leaf>" ("<leaf>" when name is NULL or ""); NULL when out of memory. */
+RG_NN_HIDDEN char *rg__nn_join(const char *name, const char *leaf);
+
+#endif
