@@ -313,8 +313,19 @@ RG_API void rg_optim_free(rg_optim *opt);
 /* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,
    atomically (temporary file, fsync, rename). */
 RG_API rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt);
-/* Validates the whole file first; on any problem RG_ERR_IO and nothing changes. */
+/* Barrier; validates the whole file first (header length, JSON, names, dtypes, shapes,
+   offsets inside the file, no overlaps, every parameter and, with opt, all of its state
+   present) and reads it all before changing anything; on any problem RG_ERR_IO naming
+   it, and the model, optimizer and metadata are left exactly as they were. On success
+   the parameters, opt's state, the dropout step counter and the metadata are restored. */
 RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
+/* String metadata saved in the checkpoint's __metadata__ (e.g. a model's config). Keys
+   are non-empty, at most 255 bytes, values at most 1023; the keys "format",
+   "format_version", "seed", "step" and "optim" are the library's own (MISUSE). Setting
+   an existing key replaces it. rg_meta_get returns the value (owned by ctx, valid until
+   the key is set again, rg_load or rg_close) or NULL; after rg_load it holds the file's. */
+RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
+RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
 
 /* ---- statistics ---------------------------------------------------------------------- */
 

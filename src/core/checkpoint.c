@@ -1,23 +1,573 @@
 /*
- * checkpoint.c - rg_save / rg_load (safetensors). Not built yet: both calls answer
- * RG_ERR_UNSUPPORTED so no caller mistakes them for working.
+ * checkpoint.c - rg_save / rg_load in the safetensors format: an 8-byte little-endian
+ * header length, a JSON header {"name": {"dtype", "shape", "data_offsets"}, ...,
+ * "__metadata__": {...}}, then raw little-endian data.
+ *
+ * Invariants:
+ *  - A save writes a temporary file in the target's directory, flushes and fsyncs it and
+ *    renames it over the target: a crash leaves the old file or the new one.
+ *  - A load validates everything (header length, JSON, names, dtypes, shapes, offsets
+ *    inside the file, no overlaps, every expected tensor present) and reads all data
+ *    into host memory before it changes any tensor: a bad file changes nothing.
+ *  - Names: parameters by their own names; optimizer state as "optim.m.<name>",
+ *    "optim.v.<name>", "optim.hyper" and "optim.step".
  */
+#define _POSIX_C_SOURCE 200809L
 #include "internal.h"
 
-rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
-  (void)path;
-  (void)opt;
-  if (!ctx) return RG_ERR_MISUSE;
-  rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
-  if (st != RG_OK) return st;
-  return rg__fail(ctx, RG_ERR_UNSUPPORTED, "rg_save", "checkpoints are not implemented in "
-                  "this version");
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RG_FORMAT_VERSION "1"
+#define MAX_HEADER ((uint64_t)64 << 20) /* a header this large is corrupt, not real */
+
+/* One tensor of a checkpoint: where it lives in the context and in the file. */
+typedef struct entry {
+  char name[300];
+  uint32_t ref;
+  uint64_t begin, end; /* offsets in the data section */
+  int found;
+} entry;
+
+static const char *st_dtype(int dt) { return dt == RG_F32 ? "F32" : dt == RG_BF16 ? "BF16" : "I32"; }
+
+static void name_state(char *out, size_t cap, const char *kind, const char *pname) {
+  snprintf(out, cap, "optim.%s.%s", kind, pname);
 }
 
-rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
-  (void)path;
-  (void)opt;
+/* Every tensor a checkpoint of ctx (+ opt) holds, in a fixed order. */
+static entry *collect(rg_ctx *ctx, const rg_optim *opt, int *count, const char *call) {
+  int n = ctx->nparams;
+  if (opt) n += opt->m.n + opt->v.n + 2;
+  entry *e = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *e);
+  if (!e) return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory"), NULL;
+  int k = 0;
+  for (int i = 0; i < ctx->nparams; i++, k++) {
+    snprintf(e[k].name, sizeof e[k].name, "%s", ctx->pnames[i]);
+    e[k].ref = ctx->prefs[i];
+  }
+  for (int i = 0; opt && i < opt->m.n; i++, k++) {
+    name_state(e[k].name, sizeof e[k].name, "m", ctx->pnames[i]);
+    e[k].ref = opt->m.ref[i];
+  }
+  for (int i = 0; opt && i < opt->v.n; i++, k++) {
+    name_state(e[k].name, sizeof e[k].name, "v", ctx->pnames[i]);
+    e[k].ref = opt->v.ref[i];
+  }
+  if (opt) {
+    snprintf(e[k].name, sizeof e[k].name, "optim.hyper");
+    e[k++].ref = opt->hyper;
+    snprintf(e[k].name, sizeof e[k].name, "optim.step");
+    e[k++].ref = opt->step;
+  }
+  *count = k;
+  return e;
+}
+
+static bool optim_ok(rg_ctx *ctx, const rg_optim *opt, const char *call) {
+  if (!opt) return true;
+  if (opt->ctx != ctx || opt->pgen != ctx->pool[RG_POOL_PERSISTENT].gen ||
+      opt->params.n != ctx->nparams) {
+    rg__fail(ctx, RG_ERR_MISUSE, call, "the optimizer does not belong to this context's "
+             "current parameters (made in another context, before rg_reset, or before "
+             "parameters were added); create it after the model");
+    return false;
+  }
+  return true;
+}
+
+/* ---- metadata ------------------------------------------------------------------------ */
+
+static const char *const reserved[] = {"format", "format_version", "seed", "step", "optim"};
+
+static bool is_reserved(const char *k) {
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+    if (!strcmp(k, reserved[i])) return true;
+  return false;
+}
+
+/* Sets key in the list (*m, *n pairs, *cap pairs). */
+static rg_status meta_put(rg_ctx *ctx, char ***m, int *n, int *cap, const char *k,
+                          const char *v) {
+  char *vv = rg__strdup(ctx, v);
+  if (!vv) return RG_ERR_OOM;
+  for (int i = 0; i < *n; i++)
+    if (!strcmp((*m)[2 * i], k)) {
+      rg__free(ctx, (*m)[2 * i + 1]);
+      (*m)[2 * i + 1] = vv;
+      return RG_OK;
+    }
+  size_t c = (size_t)*cap * 2;
+  char *kk = rg__strdup(ctx, k);
+  if (!kk || !rg__grow(ctx, (void **)m, sizeof **m, (size_t)*n * 2 + 2, &c)) {
+    rg__free(ctx, kk);
+    rg__free(ctx, vv);
+    return RG_ERR_OOM;
+  }
+  *cap = (int)(c / 2);
+  (*m)[2 * *n] = kk;
+  (*m)[2 * *n + 1] = vv;
+  (*n)++;
+  return RG_OK;
+}
+
+static void meta_free(rg_ctx *ctx, char **m, int n) {
+  for (int i = 0; i < 2 * n; i++) rg__free(ctx, m[i]);
+  rg__free(ctx, m);
+}
+
+rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value) {
   if (!ctx) return RG_ERR_MISUSE;
-  return rg__fail(ctx, RG_ERR_UNSUPPORTED, "rg_load", "checkpoints are not implemented in "
-                  "this version");
+  if (!key || !*key || strlen(key) > 255 || !value || strlen(value) > 1023)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_meta_set", "the key must be 1..255 bytes and the "
+                    "value non-NULL and at most 1023 bytes");
+  if (is_reserved(key))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_meta_set", "\"%s\" is a key the library writes "
+                    "itself; choose another", key);
+  if (meta_put(ctx, &ctx->meta, &ctx->nmeta, &ctx->capmeta, key, value) != RG_OK)
+    return rg__fail(ctx, RG_ERR_OOM, "rg_meta_set", "out of host memory");
+  return RG_OK;
+}
+
+const char *rg_meta_get(rg_ctx *ctx, const char *key) {
+  for (int i = 0; ctx && key && i < ctx->nmeta; i++)
+    if (!strcmp(ctx->meta[2 * i], key)) return ctx->meta[2 * i + 1];
+  return NULL;
+}
+
+/* ---- save ------------------------------------------------------------------------------- */
+
+typedef struct sbuf { char *p; size_t n, cap; bool oom; rg_ctx *ctx; } sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (w < 0) { b->oom = true; return; }
+    if (b->p && b->n + (size_t)w < b->cap) { b->n += (size_t)w; return; }
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap <= b->n + (size_t)w) cap *= 2;
+    char *np = rg__realloc(b->ctx, b->p, cap);
+    if (!np) { b->oom = true; return; }
+    b->p = np;
+    b->cap = cap;
+  }
+}
+
+/* JSON string with the escapes the format needs; names are the user's. */
+static void put_str(sbuf *b, const char *s) {
+  put(b, "\"");
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') put(b, "\\%c", c);
+    else if (c < 0x20) put(b, "\\u%04x", c);
+    else put(b, "%c", c);
+  }
+  put(b, "\"");
+}
+
+static rg_status write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return RG_ERR_IO;
+    c += w;
+    n -= (size_t)w;
+  }
+  return RG_OK;
+}
+
+static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, entry *e, int n) {
+  const char *call = "rg_save";
+  sbuf h = {.ctx = ctx};
+  uint64_t off = 0;
+  put(&h, "{\"__metadata__\":{\"format\":\"resgrad\",\"format_version\":\"" RG_FORMAT_VERSION
+          "\",\"seed\":\"%llu\",\"step\":\"%llu\",\"optim\":\"%s\"}",
+      (unsigned long long)ctx->opt.seed, (unsigned long long)ctx->step,
+      !opt ? "none" : opt->kind == RG_OPT_ADAMW ? "adamw" : "sgd");
+  if (!h.oom) h.n--; /* reopen __metadata__ for the user's keys */
+  for (int i = 0; i < ctx->nmeta; i++) {
+    put(&h, ",");
+    put_str(&h, ctx->meta[2 * i]);
+    put(&h, ":");
+    put_str(&h, ctx->meta[2 * i + 1]);
+  }
+  put(&h, "}");
+  for (int i = 0; i < n; i++) {
+    rg_tinfo *t = rg__t(ctx, e[i].ref);
+    put(&h, ",");
+    put_str(&h, e[i].name);
+    put(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t->dtype));
+    for (int d = 0; d < t->ndim; d++) put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+    put(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+        (unsigned long long)(off + t->nbytes));
+    off += t->nbytes;
+  }
+  put(&h, "}");
+  while (!h.oom && h.n % 8) put(&h, " "); /* data starts 8-aligned, as the format advises */
+  if (h.oom) {
+    rg__free(ctx, h.p);
+    return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the header");
+  }
+  size_t plen = strlen(path);
+  char *tmp = rg__malloc(ctx, plen + 32);
+  if (!tmp) {
+    rg__free(ctx, h.p);
+    return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory");
+  }
+  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  rg_status st = fd < 0 ? RG_ERR_IO : RG_OK;
+  const char *why = fd < 0 ? strerror(errno) : "";
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+  if (st == RG_OK) st = write_all(fd, len, 8);
+  if (st == RG_OK) st = write_all(fd, h.p, h.n);
+  for (int i = 0; st == RG_OK && i < n; i++) {
+    rg_tinfo *t = rg__t(ctx, e[i].ref);
+    void *buf = rg__malloc(ctx, t->nbytes ? t->nbytes : 1);
+    if (!buf) {
+      st = RG_ERR_OOM;
+      break;
+    }
+    st = ctx->be->download(ctx, buf, t->data, t->nbytes);
+    ctx->st.down.count++;
+    ctx->st.down.bytes += t->nbytes;
+    ctx->st.down_site[RG_SITE_CHECKPOINT].count++;
+    ctx->st.down_site[RG_SITE_CHECKPOINT].bytes += t->nbytes;
+    if (st == RG_OK) st = write_all(fd, buf, t->nbytes);
+    rg__free(ctx, buf);
+  }
+  if (st == RG_ERR_IO && fd >= 0) why = strerror(errno);
+  if (st == RG_OK && fsync(fd) != 0) st = RG_ERR_IO, why = strerror(errno);
+  if (fd >= 0 && close(fd) != 0 && st == RG_OK) st = RG_ERR_IO, why = strerror(errno);
+  if (st == RG_OK && rename(tmp, path) != 0) st = RG_ERR_IO, why = strerror(errno);
+  if (st != RG_OK) unlink(tmp);
+  rg__free(ctx, tmp);
+  rg__free(ctx, h.p);
+  if (st != RG_OK)
+    return rg__fail(ctx, st, call, "could not write \"%s\" (%s); the previous file, if any, "
+                    "is unchanged", path, st == RG_ERR_OOM ? "out of host memory" : why);
+  /* Make the rename durable: fsync the directory that holds the file. */
+  char *dir = rg__strdup(ctx, path);
+  if (dir) {
+    char *slash = strrchr(dir, '/');
+    if (slash) slash == dir ? (void)(slash[1] = 0) : (void)(*slash = 0);
+    int dfd = open(slash ? dir : ".", O_RDONLY);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
+    rg__free(ctx, dir);
+  }
+  return RG_OK;
+}
+
+rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, "rg_save", "path is empty");
+  if (!optim_ok(ctx, opt, "rg_save")) return ctx->err;
+  rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
+  if (st != RG_OK) return st;
+  int n = 0;
+  entry *e = collect(ctx, opt, &n, "rg_save");
+  if (!e) return ctx->err;
+  st = save_to(ctx, path, opt, e, n);
+  rg__free(ctx, e);
+  return st;
+}
+
+/* ---- a strict JSON reader for the header ------------------------------------------------- */
+
+typedef struct jr { const char *p, *end; char err[160]; } jr;
+
+static bool jfail(jr *j, const char *what) {
+  if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s", what);
+  return false;
+}
+static void ws(jr *j) {
+  while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
+    j->p++;
+}
+static bool lit(jr *j, char c) {
+  ws(j);
+  if (j->p < j->end && *j->p == c) {
+    j->p++;
+    return true;
+  }
+  return false;
+}
+/* A string into out (cap bytes, NUL-terminated); \uXXXX escapes below 0x80 only. */
+static bool jstr(jr *j, char *out, size_t cap) {
+  if (!lit(j, '"')) return jfail(j, "expected a string");
+  size_t n = 0;
+  while (j->p < j->end && *j->p != '"') {
+    char c = *j->p++;
+    if ((unsigned char)c < 0x20) return jfail(j, "control character in a string");
+    if (c == '\\') {
+      if (j->p >= j->end) break;
+      char x = *j->p++;
+      if (x == 'u') {
+        unsigned v = 0;
+        for (int i = 0; i < 4; i++) {
+          if (j->p >= j->end) return jfail(j, "truncated \\u escape");
+          char h = *j->p++;
+          v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                  : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
+          if (v > 0xffff) return jfail(j, "bad \\u escape");
+        }
+        if (v == 0 || v >= 0x80) return jfail(j, "unsupported \\u escape in a name");
+        c = (char)v;
+      } else {
+        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+        const char *k = strchr(from, x);
+        if (!k || !x) return jfail(j, "bad escape in a string");
+        c = to[k - from];
+      }
+    }
+    if (n + 1 >= cap) return jfail(j, "a string is too long");
+    out[n++] = c;
+  }
+  if (j->p >= j->end) return jfail(j, "unterminated string");
+  j->p++;
+  out[n] = 0;
+  return true;
+}
+static bool juint(jr *j, uint64_t *v) {
+  ws(j);
+  if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jfail(j, "expected a number");
+  uint64_t x = 0;
+  while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+    if (x > (UINT64_MAX - 9) / 10) return jfail(j, "a number is too large");
+    x = x * 10 + (uint64_t)(*j->p++ - '0');
+  }
+  *v = x;
+  return true;
+}
+/* [n, n, ...] with at most cap entries. */
+static bool jarray(jr *j, uint64_t *v, int cap, int *count) {
+  *count = 0;
+  if (!lit(j, '[')) return jfail(j, "expected an array");
+  if (lit(j, ']')) return true;
+  do {
+    if (*count >= cap) return jfail(j, "an array is too long");
+    if (!juint(j, &v[(*count)++])) return false;
+  } while (lit(j, ','));
+  return lit(j, ']') || jfail(j, "expected ']'");
+}
+
+typedef struct jtensor { char dtype[8]; uint64_t shape[RG_MAX_DIMS + 1], off[3]; int ndim, noff; } jtensor;
+
+static bool jtensor_read(jr *j, jtensor *t) {
+  memset(t, 0, sizeof *t);
+  bool seen[3] = {0};
+  if (!lit(j, '{')) return jfail(j, "expected a tensor object");
+  if (lit(j, '}')) return jfail(j, "empty tensor object");
+  do {
+    char key[32];
+    if (!jstr(j, key, sizeof key) || !lit(j, ':')) return jfail(j, "expected \"key\":");
+    if (!strcmp(key, "dtype") && !seen[0]) {
+      seen[0] = true;
+      if (!jstr(j, t->dtype, sizeof t->dtype)) return false;
+    } else if (!strcmp(key, "shape") && !seen[1]) {
+      seen[1] = true;
+      if (!jarray(j, t->shape, RG_MAX_DIMS + 1, &t->ndim)) return false;
+    } else if (!strcmp(key, "data_offsets") && !seen[2]) {
+      seen[2] = true;
+      if (!jarray(j, t->off, 3, &t->noff)) return false;
+    } else {
+      return jfail(j, "unknown or repeated key in a tensor object");
+    }
+  } while (lit(j, ','));
+  if (!lit(j, '}')) return jfail(j, "expected '}'");
+  if (!seen[0] || !seen[1] || !seen[2] || t->noff != 2)
+    return jfail(j, "a tensor needs dtype, shape and data_offsets [begin, end]");
+  return true;
+}
+
+/* The metadata read from a file, kept aside until the load commits. */
+typedef struct jmeta { char **m; int n, cap; uint64_t step; bool has_step; } jmeta;
+
+static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
+  if (!lit(j, '{')) return jfail(j, "__metadata__ must be an object");
+  if (lit(j, '}')) return true;
+  do {
+    char k[256], v[1024];
+    if (!jstr(j, k, sizeof k) || !lit(j, ':') || !jstr(j, v, sizeof v))
+      return jfail(j, "__metadata__ holds string keys and string values");
+    if (!strcmp(k, "step")) {
+      char *end;
+      md->step = strtoull(v, &end, 10);
+      md->has_step = *v && !*end;
+    } else if (!is_reserved(k) && meta_put(ctx, &md->m, &md->n, &md->cap, k, v) != RG_OK) {
+      return jfail(j, "out of host memory");
+    }
+  } while (lit(j, ','));
+  return lit(j, '}') || jfail(j, "expected '}' after __metadata__");
+}
+
+/* ---- load ----------------------------------------------------------------------------------- */
+
+static int cmp_begin(const void *a, const void *b) {
+  const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Parses and checks the header against the expected entries. Returns "" or a reason. */
+static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t data_len,
+                                jmeta *md, char *why, size_t cap) {
+  if (!lit(j, '{')) return "the header is not a JSON object";
+  bool first = true;
+  while (!lit(j, '}')) {
+    if (!first && !lit(j, ',')) return j->err[0] ? j->err : "expected ',' or '}' in the header";
+    first = false;
+    char name[300];
+    if (!jstr(j, name, sizeof name) || !lit(j, ':')) return j->err[0] ? j->err : "expected a name";
+    if (!strcmp(name, "__metadata__")) {
+      if (!jmetadata(ctx, j, md)) return j->err;
+      continue;
+    }
+    jtensor t;
+    if (!jtensor_read(j, &t)) return j->err;
+    int k = 0;
+    while (k < n && strcmp(e[k].name, name)) k++;
+    if (k == n) {
+      snprintf(why, cap, "it holds a tensor \"%.200s\" that this model does not have", name);
+      return why;
+    }
+    if (e[k].found) {
+      snprintf(why, cap, "tensor \"%.200s\" appears twice", name);
+      return why;
+    }
+    rg_tinfo *ti = rg__t(ctx, e[k].ref);
+    bool shape_ok = t.ndim == ti->ndim;
+    for (int d = 0; shape_ok && d < t.ndim; d++) shape_ok = t.shape[d] == (uint64_t)ti->dims[d];
+    if (strcmp(t.dtype, st_dtype(ti->dtype)) || !shape_ok) {
+      char want[96];
+      rg__fmt_shape(want, sizeof want, ti->ndim, ti->dims);
+      snprintf(why, cap, "tensor \"%.200s\" is %s with %d axes in the file but %s %s here "
+               "(a checkpoint of a different model?)", name, t.dtype, t.ndim,
+               st_dtype(ti->dtype), want);
+      return why;
+    }
+    if (t.off[0] > t.off[1] || t.off[1] > data_len || t.off[1] - t.off[0] != ti->nbytes) {
+      snprintf(why, cap, "tensor \"%.200s\" has data_offsets [%llu, %llu] that do not hold "
+               "its %zu bytes inside the %llu bytes of data", name,
+               (unsigned long long)t.off[0], (unsigned long long)t.off[1], ti->nbytes,
+               (unsigned long long)data_len);
+      return why;
+    }
+    e[k].found = 1;
+    e[k].begin = t.off[0];
+    e[k].end = t.off[1];
+  }
+  ws(j);
+  for (const char *q = j->p; q < j->end; q++)
+    if (*q != ' ') return "trailing bytes after the header's JSON";
+  for (int k = 0; k < n; k++)
+    if (!e[k].found) {
+      snprintf(why, cap, "tensor \"%.200s\" is missing", e[k].name);
+      return why;
+    }
+  entry **by = rg__malloc(ctx, sizeof *by * (size_t)(n ? n : 1));
+  if (!by) return "out of host memory";
+  for (int k = 0; k < n; k++) by[k] = &e[k];
+  qsort(by, (size_t)n, sizeof *by, cmp_begin);
+  const char *r = "";
+  for (int k = 1; k < n; k++)
+    if (by[k]->begin < by[k - 1]->end && by[k]->end > by[k]->begin) {
+      snprintf(why, cap, "tensors \"%.100s\" and \"%.100s\" overlap", by[k - 1]->name,
+               by[k]->name);
+      r = why;
+      break;
+    }
+  rg__free(ctx, by);
+  return r;
+}
+
+static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
+  const char *call = "rg_load";
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty");
+  if (!optim_ok(ctx, opt, call)) return ctx->err;
+  rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
+  if (st != RG_OK) return st;
+  FILE *f = fopen(path, "rb");
+  if (!f) return rg__fail(ctx, RG_ERR_IO, call, "cannot open \"%s\": %s", path, strerror(errno));
+  int n = 0;
+  entry *e = collect(ctx, opt, &n, call);
+  char *hdr = NULL, why[512] = "";
+  const char *bad = NULL;
+  unsigned char lb[8];
+  uint64_t hlen = 0, fsize = 0;
+  void **data = NULL;
+  jmeta md = {0};
+  if (!e) {
+    fclose(f);
+    return ctx->err;
+  }
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long sz = ftell(f);
+    fsize = sz > 0 ? (uint64_t)sz : 0;
+  }
+  rewind(f);
+  if (fsize < 8 || !read_exact(f, lb, 8)) bad = "the file is shorter than the 8-byte header length";
+  for (int i = 0; !bad && i < 8; i++) hlen |= (uint64_t)lb[i] << (8 * i);
+  if (!bad && (hlen < 2 || hlen > MAX_HEADER || hlen > fsize - 8)) {
+    snprintf(why, sizeof why, "the header length %llu does not fit the %llu-byte file",
+             (unsigned long long)hlen, (unsigned long long)fsize);
+    bad = why;
+  }
+  if (!bad && !(hdr = rg__malloc(ctx, (size_t)hlen))) bad = "out of host memory";
+  if (!bad && !read_exact(f, hdr, (size_t)hlen)) bad = "the header is truncated";
+  if (!bad) {
+    jr j = {hdr, hdr + hlen, ""};
+    const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, &md, why, sizeof why);
+    if (*r) bad = r == why ? why : (snprintf(why, sizeof why, "bad header: %s", r), why);
+  }
+  /* Everything is read before anything is changed. */
+  if (!bad && !(data = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *data))) bad = "out of host memory";
+  for (int k = 0; !bad && k < n; k++) {
+    size_t sz = (size_t)(e[k].end - e[k].begin);
+    if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory";
+    else if (fseek(f, (long)(8 + hlen + e[k].begin), SEEK_SET) != 0 || !read_exact(f, data[k], sz))
+      bad = "the data section is truncated";
+  }
+  fclose(f);
+  for (int k = 0; !bad && k < n && st == RG_OK; k++) {
+    rg_tinfo *t = rg__t(ctx, e[k].ref);
+    st = ctx->be->upload(ctx, t->data, data[k], t->nbytes);
+    ctx->st.up.count++;
+    ctx->st.up.bytes += t->nbytes;
+    ctx->st.up_site[RG_SITE_CHECKPOINT].count++;
+    ctx->st.up_site[RG_SITE_CHECKPOINT].bytes += t->nbytes;
+  }
+  for (int k = 0; data && k < n; k++) rg__free(ctx, data[k]);
+  rg__free(ctx, data);
+  rg__free(ctx, hdr);
+  rg__free(ctx, e);
+  if (!bad && st == RG_OK) { /* commit the metadata and the dropout step counter */
+    meta_free(ctx, ctx->meta, ctx->nmeta);
+    ctx->meta = md.m;
+    ctx->nmeta = md.n;
+    ctx->capmeta = md.cap;
+    if (md.has_step) ctx->step = md.step;
+  } else {
+    meta_free(ctx, md.m, md.n);
+  }
+  if (bad)
+    return rg__fail(ctx, strstr(bad, "out of host memory") ? RG_ERR_OOM : RG_ERR_IO, call,
+                    "\"%s\" was not loaded: %s; nothing was changed", path, bad);
+  if (st != RG_OK) return rg__fail(ctx, st, call, "upload failed while loading \"%s\"", path);
+  return RG_OK;
 }

@@ -199,6 +199,8 @@ rg_status rg_close(rg_ctx *ctx) {
   rg__free(ctx, ctx->zero_list.ref);
   free_strings(ctx, ctx->fails, ctx->nfails);
   rg__free(ctx, ctx->fails);
+  free_strings(ctx, ctx->meta, (uint32_t)ctx->nmeta * 2);
+  rg__free(ctx, ctx->meta);
   free_strings(ctx, ctx->labels, ctx->nlabels);
   rg__free(ctx, ctx->labels);
   rg__free(ctx, ctx->lstack);

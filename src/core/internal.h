@@ -151,6 +151,8 @@ struct rg_ctx {
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
+  char **meta;             /* checkpoint metadata: key, value, key, value, ... */
+  int nmeta, capmeta;      /* entries (pairs) */
   rg_stats st;
   /* allocation-failure injection (tests): fail the alloc_fail_at-th allocation */
   uint64_t alloc_count, alloc_fail_at;

@@ -1,0 +1,562 @@
+/*
+ * nn.c - CPU kernels for the neural-network ops that work row by row over the last axis:
+ * softmax and log-softmax, layernorm and rmsnorm, embedding, attention, cross-entropy and
+ * mse, with their backward kernels.
+ *
+ * Invariants:
+ *  - A tensor [..., C] is R = n / C contiguous rows of C; each row is handled by one
+ *    thread, and every reduction across rows runs in an order fixed by the shapes, so
+ *    results are identical for any thread count.
+ *  - Softmax-like rows subtract the row maximum before exp. Row sums accumulate in double;
+ *    normalisation takes the mean first and the variance of the centred values, so rows
+ *    offset by 1e4 keep their precision.
+ *  - Index and target checks finish before any output is written: a bad id fails the
+ *    kernel with nothing written.
+ *  - Attention recomputes its probabilities in the backward pass instead of storing the
+ *    T x S matrix: per row only the log-sum-exp and g.o are kept (8 bytes per query).
+ */
+#include "cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Below this many input elements a kernel runs on one thread. */
+#define PAR_MIN 32768
+/* Column block for reductions across rows (dgamma, dtable): one double per column. */
+#define CB 256
+/* Cross-row sums split into at most this many fixed chunks (partials on the stack). */
+#define MAX_CHUNKS 64
+
+static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t last_dim(const rg_tv *x) { return x->ndim ? x->dims[x->ndim - 1] : 1; }
+
+static int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+static float row_max(const float *x, int64_t C) {
+  float m = x[0];
+  for (int64_t c = 1; c < C; c++) m = x[c] > m ? x[c] : m;
+  return m;
+}
+
+/* ---- softmax and log-softmax ----------------------------------------------------------- */
+
+static void softmax_row(const float *x, float *y, int64_t C) {
+  float m = row_max(x, C);
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) {
+    y[c] = expf(x[c] - m);
+    s += y[c];
+  }
+  float inv = (float)(1.0 / s);
+  for (int64_t c = 0; c < C; c++) y[c] *= inv;
+}
+
+static void log_softmax_row(const float *x, float *y, int64_t C) {
+  float m = row_max(x, C);
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  float lse = (float)log(s);
+  for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) - lse;
+}
+
+static rg_status softmax_common(rg_kargs *k, bool log_form) {
+  const float *x = k->in[0].p;
+  float *y = k->out[0].p;
+  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    if (log_form)
+      log_softmax_row(x + r * C, y + r * C, C);
+    else
+      softmax_row(x + r * C, y + r * C, C);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_softmax(rg_kargs *k) { return softmax_common(k, false); }
+rg_status rg_cpu_log_softmax(rg_kargs *k) { return softmax_common(k, true); }
+
+/* dx = y (g - sum(g y)) */
+static void softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C) {
+  double dot = 0;
+  for (int64_t c = 0; c < C; c++) dot += (double)g[c] * y[c];
+  float d = (float)dot;
+  for (int64_t c = 0; c < C; c++) dx[c] = y[c] * (g[c] - d);
+}
+
+/* dx = g - exp(y) sum(g) */
+static void log_softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C) {
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += g[c];
+  float sf = (float)s;
+  for (int64_t c = 0; c < C; c++) dx[c] = g[c] - expf(y[c]) * sf;
+}
+
+static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
+  const float *y = k->in[0].p, *g = k->in[1].p;
+  float *dx = k->out[0].p;
+  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    if (log_form)
+      log_softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
+    else
+      softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, false); }
+rg_status rg_cpu_log_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, true); }
+
+/* ---- layernorm and rmsnorm ------------------------------------------------------------- */
+/* Both normalise xhat = (x - mu) * rstd with rstd = 1/sqrt(mean((x-mu)^2) + eps); rmsnorm
+   is the case mu = 0 with no beta, so one set of row functions serves both. */
+
+typedef struct norm_stats { double mu, rstd; } norm_stats;
+
+static norm_stats row_stats(const float *x, int64_t C, double eps, bool centre) {
+  norm_stats st = {0, 0};
+  if (centre) {
+    double s = 0;
+    for (int64_t c = 0; c < C; c++) s += x[c];
+    st.mu = s / (double)C;
+  }
+  double v = 0;
+  for (int64_t c = 0; c < C; c++) {
+    double d = x[c] - st.mu;
+    v += d * d;
+  }
+  st.rstd = 1.0 / sqrt(v / (double)C + eps);
+  return st;
+}
+
+static void norm_fwd_row(const float *x, const float *gamma, const float *beta, float *y,
+                         int64_t C, double eps, bool centre) {
+  norm_stats st = row_stats(x, C, eps, centre);
+  for (int64_t c = 0; c < C; c++) {
+    float v = (float)((x[c] - st.mu) * st.rstd);
+    if (gamma) v *= gamma[c];
+    if (beta) v += beta[c];
+    y[c] = v;
+  }
+}
+
+static rg_status norm_fwd(rg_kargs *k, bool centre) {
+  const float *x = k->in[0].p, *gamma = k->in[1].p;
+  const float *beta = centre ? k->in[2].p : NULL;
+  float *y = k->out[0].p;
+  double eps = k->node->f[0];
+  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) norm_fwd_row(x + r * C, gamma, beta, y + r * C, C, eps, centre);
+  return RG_OK;
+}
+
+rg_status rg_cpu_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
+rg_status rg_cpu_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
+
+/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma; rmsnorm drops the
+   mean(dxh) term because its mu is not a function of x. */
+static void norm_dx_row(const float *x, const float *gamma, const float *g, float *dx,
+                        int64_t C, norm_stats st, bool centre) {
+  double s1 = 0, s2 = 0;
+  for (int64_t c = 0; c < C; c++) {
+    double xh = (x[c] - st.mu) * st.rstd;
+    double dxh = gamma ? (double)g[c] * gamma[c] : (double)g[c];
+    s1 += dxh;
+    s2 += dxh * xh;
+  }
+  double a = centre ? s1 / (double)C : 0.0, b = s2 / (double)C;
+  for (int64_t c = 0; c < C; c++) {
+    double xh = (x[c] - st.mu) * st.rstd;
+    double dxh = gamma ? (double)g[c] * gamma[c] : (double)g[c];
+    dx[c] = (float)(st.rstd * (dxh - a - xh * b));
+  }
+}
+
+/* dgamma[c] = sum_r g xhat, dbeta[c] = sum_r g, for columns [c0, c0+nb). */
+static void norm_dparam_block(const float *x, const float *g, const norm_stats *st, int64_t R,
+                              int64_t C, int64_t c0, int64_t nb, float *dgamma, float *dbeta) {
+  double ag[CB] = {0}, ab[CB] = {0};
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C + c0, *gr = g + r * C + c0;
+    for (int64_t j = 0; j < nb; j++) {
+      ag[j] += (double)gr[j] * ((xr[j] - st[r].mu) * st[r].rstd);
+      ab[j] += gr[j];
+    }
+  }
+  for (int64_t j = 0; j < nb; j++) {
+    if (dgamma) dgamma[c0 + j] = (float)ag[j];
+    if (dbeta) dbeta[c0 + j] = (float)ab[j];
+  }
+}
+
+static rg_status norm_bwd(rg_kargs *k, bool centre) {
+  const float *x = k->in[0].p, *gamma = k->in[1].p, *g = k->in[2].p;
+  float *dx = k->out[0].p, *dgamma = k->out[1].p, *dbeta = centre ? k->out[2].p : NULL;
+  double eps = k->node->f[0];
+  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+  int nt = nthreads(k);
+  bool par = k->in[0].n > PAR_MIN, params = dgamma || dbeta;
+  norm_stats *st = NULL;
+  if (params) {
+    st = rg__malloc(k->ctx, (size_t)(R ? R : 1) * sizeof(*st));
+    if (!st) {
+      snprintf(k->msg, k->msgcap, "out of host memory for %lld row statistics",
+               (long long)R);
+      return RG_ERR_OOM;
+    }
+  }
+#pragma omp parallel for num_threads(nt) if(par) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    norm_stats s = row_stats(x + r * C, C, eps, centre);
+    if (st) st[r] = s;
+    if (dx) norm_dx_row(x + r * C, gamma, g + r * C, dx + r * C, C, s, centre);
+  }
+  if (params) {
+    int64_t nblk = (C + CB - 1) / CB;
+#pragma omp parallel for num_threads(nt) if(par && nblk > 1) schedule(static)
+    for (int64_t b = 0; b < nblk; b++)
+      norm_dparam_block(x, g, st, R, C, b * CB, min64(CB, C - b * CB), dgamma, dbeta);
+    rg__free(k->ctx, st);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_layernorm_bwd(rg_kargs *k) { return norm_bwd(k, true); }
+rg_status rg_cpu_rmsnorm_bwd(rg_kargs *k) { return norm_bwd(k, false); }
+
+/* ---- embedding --------------------------------------------------------------------------- */
+
+static rg_status check_ids(rg_kargs *k, const int32_t *idx, int64_t n, int64_t V) {
+  for (int64_t p = 0; p < n; p++) {
+    if (idx[p] < 0 || idx[p] >= V) {
+      snprintf(k->msg, k->msgcap,
+               "index %d at position %lld is outside [0, %lld): token ids must be < the "
+               "table's rows (%lld); check the tokenizer's vocabulary size against the table",
+               (int)idx[p], (long long)p, (long long)V, (long long)V);
+      return RG_ERR_MISUSE;
+    }
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_embedding(rg_kargs *k) {
+  const float *table = k->in[0].p;
+  const int32_t *idx = k->in[1].p;
+  float *out = k->out[0].p;
+  int64_t V = k->in[0].dims[0], C = k->in[0].dims[1], n = k->in[1].n;
+  rg_status st = check_ids(k, idx, n, V);
+  if (st != RG_OK) return st;
+#pragma omp parallel for num_threads(nthreads(k)) if(n * C > PAR_MIN) schedule(static)
+  for (int64_t p = 0; p < n; p++)
+    memcpy(out + p * C, table + (int64_t)idx[p] * C, (size_t)C * sizeof(float));
+  return RG_OK;
+}
+
+/* Repeated ids accumulate. Threads split the columns, not the ids, so each table element
+   is summed by one thread in id order: deterministic without atomics. */
+rg_status rg_cpu_embedding_bwd(rg_kargs *k) {
+  const int32_t *idx = k->in[0].p;
+  const float *g = k->in[1].p;
+  float *dt = k->out[0].p;
+  int64_t V = k->out[0].dims[0], C = k->out[0].dims[1], n = k->in[0].n;
+  rg_status st = check_ids(k, idx, n, V);
+  if (st != RG_OK) return st;
+  memset(dt, 0, (size_t)(V * C) * sizeof(float));
+  int64_t nblk = (C + CB - 1) / CB;
+#pragma omp parallel for num_threads(nthreads(k)) if(n * C > PAR_MIN && nblk > 1) schedule(static)
+  for (int64_t b = 0; b < nblk; b++) {
+    int64_t c0 = b * CB, nb = min64(CB, C - c0);
+    for (int64_t p = 0; p < n; p++) {
+      float *row = dt + (int64_t)idx[p] * C + c0;
+      const float *gr = g + p * C + c0;
+      for (int64_t j = 0; j < nb; j++) row[j] += gr[j];
+    }
+  }
+  return RG_OK;
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+typedef struct attn_dims { int64_t BH, T, S, D; float scale; bool causal; } attn_dims;
+
+static attn_dims attn_shape(const rg_kargs *k) {
+  attn_dims a;
+  a.BH = k->in[0].dims[0] * k->in[0].dims[1];
+  a.T = k->in[0].dims[2];
+  a.D = k->in[0].dims[3];
+  a.S = k->in[1].dims[2];
+  a.scale = (float)(1.0 / sqrt((double)a.D));
+  a.causal = k->node->i[0] != 0;
+  return a;
+}
+
+/* Keys a query at t may see: s <= t when causal. */
+static int64_t attn_keys(const attn_dims *a, int64_t t) {
+  return a->causal ? min64(a->S, t + 1) : a->S;
+}
+
+static inline float dotf(const float *a, const float *b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* p[j] = softmax_j(scale q.k_j) over the visible keys; returns the log-sum-exp, which the
+   backward pass uses to rebuild the same probabilities one key at a time. */
+static float attn_probs(const attn_dims *a, const float *q, const float *K, float *p,
+                        int64_t ns) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < ns; j++) {
+    p[j] = dotf(q, K + j * a->D, a->D) * a->scale;
+    m = p[j] > m ? p[j] : m;
+  }
+  double s = 0;
+  for (int64_t j = 0; j < ns; j++) s += expf(p[j] - m);
+  float lse = m + (float)log(s);
+  for (int64_t j = 0; j < ns; j++) p[j] = expf(p[j] - lse);
+  return lse;
+}
+
+static void attn_fwd_row(const attn_dims *a, const float *q, const float *K, const float *V,
+                         float *o, float *p, int64_t t) {
+  int64_t ns = attn_keys(a, t);
+  attn_probs(a, q, K, p, ns);
+  memset(o, 0, (size_t)a->D * sizeof(float));
+  for (int64_t j = 0; j < ns; j++) {
+    const float *v = V + j * a->D;
+    for (int64_t d = 0; d < a->D; d++) o[d] += p[j] * v[d];
+  }
+}
+
+/* Per-thread scratch of `per` floats; NULL (and k->msg set) when memory ran out. */
+static float *thread_scratch(rg_kargs *k, int nt, int64_t per) {
+  float *s = rg__malloc(k->ctx, (size_t)nt * (size_t)(per ? per : 1) * sizeof(float));
+  if (!s) snprintf(k->msg, k->msgcap, "out of host memory for attention scratch");
+  return s;
+}
+
+rg_status rg_cpu_attention(rg_kargs *k) {
+  attn_dims a = attn_shape(k);
+  const float *q = k->in[0].p, *K = k->in[1].p, *V = k->in[2].p;
+  float *o = k->out[0].p;
+  int nt = nthreads(k);
+  float *scratch = thread_scratch(k, nt, a.S);
+  if (!scratch) return RG_ERR_OOM;
+  int64_t rows = a.BH * a.T;
+  bool par = rows * a.S * a.D > PAR_MIN;
+#pragma omp parallel num_threads(nt) if(par)
+  {
+    float *p = scratch + (int64_t)thread_id() * a.S;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t bh = r / a.T, t = r % a.T;
+      attn_fwd_row(&a, q + r * a.D, K + bh * a.S * a.D, V + bh * a.S * a.D, o + r * a.D, p, t);
+    }
+  }
+  rg__free(k->ctx, scratch);
+  return RG_OK;
+}
+
+/* Pass 1, one query row: dq = scale sum_j ds_j k_j with ds_j = p_j (g.v_j - delta), where
+   delta = sum_j p_j g.v_j (= g.o). The row's log-sum-exp and delta are saved so pass 2 can
+   rebuild p and ds one key at a time. p and dp are S-float scratch rows. */
+static void attn_bwd_query(const attn_dims *a, const float *q, const float *K, const float *V,
+                           const float *g, float *dq, float *p, float *dp, int64_t t,
+                           float *lse, float *delta) {
+  int64_t ns = attn_keys(a, t);
+  *lse = attn_probs(a, q, K, p, ns);
+  double dl = 0;
+  for (int64_t j = 0; j < ns; j++) {
+    dp[j] = dotf(g, V + j * a->D, a->D);
+    dl += (double)p[j] * dp[j];
+  }
+  *delta = (float)dl;
+  if (!dq) return;
+  memset(dq, 0, (size_t)a->D * sizeof(float));
+  for (int64_t j = 0; j < ns; j++) {
+    float ds = p[j] * (dp[j] - *delta) * a->scale;
+    const float *kr = K + j * a->D;
+    for (int64_t d = 0; d < a->D; d++) dq[d] += ds * kr[d];
+  }
+}
+
+/* Pass 2, one key row: dk = scale sum_t ds_t q_t and dv = sum_t p_t g_t over the queries
+   that see this key (t >= s when causal). Either output may be unwanted (NULL). */
+static void attn_bwd_key(const attn_dims *a, const float *Q, const float *k, const float *v,
+                         const float *G, const float *lse, const float *delta, float *dk,
+                         float *dv, int64_t s) {
+  if (dk) memset(dk, 0, (size_t)a->D * sizeof(float));
+  if (dv) memset(dv, 0, (size_t)a->D * sizeof(float));
+  for (int64_t t = a->causal ? s : 0; t < a->T; t++) {
+    const float *q = Q + t * a->D, *g = G + t * a->D;
+    float p = expf(dotf(q, k, a->D) * a->scale - lse[t]);
+    if (dk) {
+      float ds = p * (dotf(g, v, a->D) - delta[t]) * a->scale;
+      for (int64_t d = 0; d < a->D; d++) dk[d] += ds * q[d];
+    }
+    if (dv)
+      for (int64_t d = 0; d < a->D; d++) dv[d] += p * g[d];
+  }
+}
+
+rg_status rg_cpu_attention_bwd(rg_kargs *k) {
+  attn_dims a = attn_shape(k);
+  const float *Q = k->in[0].p, *K = k->in[1].p, *V = k->in[2].p, *G = k->in[3].p;
+  float *dQ = k->out[0].p, *dK = k->out[1].p, *dV = k->out[2].p;
+  int nt = nthreads(k);
+  int64_t qrows = a.BH * a.T, krows = a.BH * a.S;
+  /* per thread a p and a dp row, then lse and delta per query row */
+  float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + 2 * qrows);
+  if (!scratch) return RG_ERR_OOM;
+  float *lse = scratch + (int64_t)nt * 2 * a.S, *delta = lse + qrows;
+  bool par = qrows * a.S * a.D > PAR_MIN;
+#pragma omp parallel num_threads(nt) if(par)
+  {
+    float *p = scratch + (int64_t)thread_id() * 2 * a.S, *dp = p + a.S;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < qrows; r++) {
+      int64_t bh = r / a.T, t = r % a.T, kv = bh * a.S * a.D;
+      attn_bwd_query(&a, Q + r * a.D, K + kv, V + kv, G + r * a.D, dQ ? dQ + r * a.D : NULL,
+                     p, dp, t, lse + r, delta + r);
+    }
+  }
+  if (dK || dV) {
+#pragma omp parallel for num_threads(nt) if(par) schedule(static)
+    for (int64_t r = 0; r < krows; r++) {
+      int64_t bh = r / a.S, qo = bh * a.T * a.D;
+      attn_bwd_key(&a, Q + qo, K + r * a.D, V + r * a.D, G + qo, lse + bh * a.T,
+                   delta + bh * a.T, dK ? dK + r * a.D : NULL, dV ? dV + r * a.D : NULL,
+                   r % a.S);
+    }
+  }
+  rg__free(k->ctx, scratch);
+  return RG_OK;
+}
+
+/* ---- cross-entropy and mse ------------------------------------------------------------- */
+
+typedef struct ce_view {
+  const float *x;
+  const int32_t *tg;
+  int64_t N, C;
+  bool has_ignore;
+  int64_t ignore;
+} ce_view;
+
+static ce_view ce_shape(const rg_kargs *k) {
+  ce_view v;
+  v.x = k->in[0].p;
+  v.tg = k->in[1].p;
+  v.C = last_dim(&k->in[0]);
+  v.N = k->in[0].n / v.C;
+  v.has_ignore = k->node->i[0] != 0;
+  v.ignore = k->node->i[1];
+  return v;
+}
+
+static bool ce_ignored(const ce_view *v, int64_t r) {
+  return v->has_ignore && v->tg[r] == v->ignore;
+}
+
+/* Counts the rows that take part; fails on the first target outside [0, C). */
+static rg_status ce_check(rg_kargs *k, const ce_view *v, int64_t *count) {
+  *count = 0;
+  for (int64_t r = 0; r < v->N; r++) {
+    if (ce_ignored(v, r)) continue;
+    if (v->tg[r] < 0 || v->tg[r] >= v->C) {
+      snprintf(k->msg, k->msgcap,
+               "target %d at position %lld is outside [0, %lld): class ids must be < the "
+               "logits' last dimension (%lld)%s",
+               (int)v->tg[r], (long long)r, (long long)v->C, (long long)v->C,
+               v->has_ignore ? "" : "; use rg_cross_entropy_ignore to skip padding targets");
+      return RG_ERR_MISUSE;
+    }
+    (*count)++;
+  }
+  return RG_OK;
+}
+
+/* -log softmax(x)[t] for one row, in double: logsumexp(x) - x[t]. */
+static double ce_row(const float *x, int64_t C, int32_t t) {
+  float m = row_max(x, C);
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  return (double)m + log(s) - x[t];
+}
+
+rg_status rg_cpu_cross_entropy(rg_kargs *k) {
+  ce_view v = ce_shape(k);
+  int64_t count;
+  rg_status st = ce_check(k, &v, &count);
+  if (st != RG_OK) return st;
+  double part[MAX_CHUNKS];
+  int64_t nchunk = min64(MAX_CHUNKS, v.N), csize = nchunk ? (v.N + nchunk - 1) / nchunk : 0;
+#pragma omp parallel for num_threads(nthreads(k)) if(v.N * v.C > PAR_MIN) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    double s = 0;
+    for (int64_t r = c * csize; r < min64(v.N, (c + 1) * csize); r++)
+      if (!ce_ignored(&v, r)) s += ce_row(v.x + r * v.C, v.C, v.tg[r]);
+    part[c] = s;
+  }
+  double total = 0;
+  for (int64_t c = 0; c < nchunk; c++) total += part[c];
+  ((float *)k->out[0].p)[0] = count ? (float)(total / (double)count) : 0.f;
+  return RG_OK;
+}
+
+rg_status rg_cpu_cross_entropy_bwd(rg_kargs *k) {
+  ce_view v = ce_shape(k);
+  int64_t count;
+  rg_status st = ce_check(k, &v, &count);
+  if (st != RG_OK) return st;
+  float *dx = k->out[0].p;
+  float coef = count ? ((const float *)k->in[2].p)[0] / (float)count : 0.f;
+#pragma omp parallel for num_threads(nthreads(k)) if(v.N * v.C > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < v.N; r++) {
+    float *d = dx + r * v.C;
+    if (ce_ignored(&v, r)) {
+      memset(d, 0, (size_t)v.C * sizeof(float));
+      continue;
+    }
+    softmax_row(v.x + r * v.C, d, v.C);
+    for (int64_t c = 0; c < v.C; c++) d[c] *= coef;
+    d[v.tg[r]] -= coef;
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_mse(rg_kargs *k) {
+  const float *p = k->in[0].p, *t = k->in[1].p;
+  int64_t n = k->in[0].n;
+  double part[MAX_CHUNKS];
+  int64_t nchunk = min64(MAX_CHUNKS, (n + PAR_MIN - 1) / PAR_MIN);
+  if (nchunk < 1) nchunk = 1;
+  int64_t csize = (n + nchunk - 1) / nchunk;
+#pragma omp parallel for num_threads(nthreads(k)) if(nchunk > 1) schedule(static)
+  for (int64_t c = 0; c < nchunk; c++) {
+    double s = 0;
+    for (int64_t i = c * csize; i < min64(n, (c + 1) * csize); i++) {
+      double d = (double)p[i] - t[i];
+      s += d * d;
+    }
+    part[c] = s;
+  }
+  double total = 0;
+  for (int64_t c = 0; c < nchunk; c++) total += part[c];
+  ((float *)k->out[0].p)[0] = n ? (float)(total / (double)n) : 0.f;
+  return RG_OK;
+}
