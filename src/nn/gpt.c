@@ -138,19 +138,30 @@ static int check_idx(rg_gpt *g, rg_tensor idx) {
                        "(reshape one sequence [T] to [1, T])", nd);
     return 0;
   }
-  if (rg_dtype_of(ctx, idx) != RG_I32) {
-    rg__nn_misuse(ctx, "rg_gpt_forward: idx must be I32 token ids; make it with "
-                       "rg_input(ctx, RG_I32, ...) or rg_cast(ctx, x, RG_I32)");
+  if (rg_dtype_of(ctx, idx) != RG_I32) { /* rg_embedding fails on it: say what to do */
+    rg__nn_push_why(ctx, "rg_gpt_forward: idx must hold I32 token ids; make it with "
+                         "rg_input(ctx, RG_I32, ...) or rg_cast(ctx, x, RG_I32)");
+    (void)rg_embedding(ctx, g->wte.w, idx);
+    rg_label_pop(ctx);
+    if (rg_error(ctx) == RG_OK) rg__nn_misuse(ctx, "rg_gpt_forward: idx must be I32");
     return 0;
   }
-  int64_t B = rg_dim(ctx, idx, 0), T = rg_dim(ctx, idx, 1);
-  if (T > g->cfg.block || T < 1 || B < 1) {
-    rg__nn_misuse(ctx,
-                  "rg_gpt_forward: idx is [%lld, %lld] but the model's block size is %lld; "
-                  "pass 1 to %lld positions (crop each sequence to its last %lld tokens) or "
-                  "make the model with block >= %lld",
-                  (long long)B, (long long)T, (long long)g->cfg.block, (long long)g->cfg.block,
-                  (long long)g->cfg.block, (long long)T);
+  int64_t B = rg_dim(ctx, idx, 0), T = rg_dim(ctx, idx, 1), blk = g->cfg.block;
+  if (T < 1 || B < 1) {
+    rg__nn_misuse(ctx, "rg_gpt_forward: idx is [%lld, %lld]; pass at least one sequence "
+                       "of at least one token", (long long)B, (long long)T);
+    return 0;
+  }
+  if (T > blk) { /* the slice of wpe's first T rows fails: say what to do */
+    rg__nn_push_why(ctx,
+                    "rg_gpt_forward: idx is [%lld, %lld] but the model's block size is "
+                    "%lld; pass at most %lld positions (crop each sequence to its last "
+                    "%lld tokens) or make the model with block >= %lld",
+                    (long long)B, (long long)T, (long long)blk, (long long)blk,
+                    (long long)blk, (long long)T);
+    (void)rg_slice(ctx, g->wpe.w, 0, 0, T);
+    rg_label_pop(ctx);
+    if (rg_error(ctx) == RG_OK) rg__nn_misuse(ctx, "rg_gpt_forward: T > block");
     return 0;
   }
   return 1;

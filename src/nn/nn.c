@@ -17,17 +17,31 @@
 
 /* The public API has no call that raises an error with a caller's message, so misuse
    found here is reported the one way the API allows: the explanation is pushed as a
-   label (every error message carries the label path in force) and a call that must fail
-   with RG_ERR_MISUSE is made under it: rg_input with host == NULL, documented as MISUSE.
-   The message reads "rg_input [<labels>/<explanation>]: <the core's reason>". */
-void rg__nn_misuse(rg_ctx *ctx, const char *fmt, ...) {
-  if (!ctx || rg_error(ctx) != RG_OK) return; /* sticky: the first error stands */
+   label (every error message carries the label path in force) and a call that fails
+   because of the misuse is recorded under it. Where the misuse makes a real operation
+   fail (a slice past wpe's rows, an embedding of F32 ids), that operation is the one
+   recorded, so the core's reason is the true one; otherwise rg__nn_misuse records
+   rg_input with host == NULL, documented as MISUSE. The message then reads
+   "<call> [<labels>/<explanation>]: <the core's reason>". */
+static void push_why(rg_ctx *ctx, const char *fmt, va_list ap) {
   char msg[400];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  rg_label_push(ctx, msg);
+}
+
+void rg__nn_push_why(rg_ctx *ctx, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  push_why(ctx, fmt, ap);
   va_end(ap);
-  rg_label_push(ctx, msg);
+}
+
+void rg__nn_misuse(rg_ctx *ctx, const char *fmt, ...) {
+  if (!ctx || rg_error(ctx) != RG_OK) return; /* sticky: the first error stands */
+  va_list ap;
+  va_start(ap, fmt);
+  push_why(ctx, fmt, ap);
+  va_end(ap);
   (void)rg_input(ctx, RG_I32, 1, (const int64_t[]){1}, NULL);
   rg_label_pop(ctx);
 }

@@ -22,6 +22,13 @@ RG_NN_HIDDEN void rg__nn_misuse(rg_ctx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Pushes the formatted explanation as a label: the next failing call recorded under it
+   carries it in its message. The caller pops it (rg_label_pop). */
+RG_NN_HIDDEN void rg__nn_push_why(rg_ctx *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* The sticky status, or RG_ERR_MISUSE if (unexpectedly) none is set. */
 RG_NN_HIDDEN rg_status rg__nn_status(rg_ctx *ctx);
 /* malloc'd "<name>.<leaf>" ("<leaf>" when name is NULL or ""); NULL when out of memory. */

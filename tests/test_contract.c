@@ -1,0 +1,630 @@
+/*
+ * test_contract.c - one check per rule of DESIGN.md section 1 (the data contract), on the
+ * CPU, mostly through the public API.
+ *
+ * What is checked: stale handles from each pool (and only against their own pool's
+ * generation), forged handles, pending values that are not computed before the barrier,
+ * one drain per read and no recomputation, failed-drain semantics, in-place ordering of
+ * optimizer steps and rg_write after earlier readers, recovery from every status the CPU
+ * can produce, labels in messages, budgets, exact host<->device crossings of a training
+ * step, the deterministic pass-pool bump, check mode, the growth guard, autograd misuse
+ * and accumulation, NULL contexts, and allocation-failure injection. core/internal.h is
+ * used only where the public API cannot see (pool offsets, the failure-injection hook).
+ * Exits non-zero on any failure.
+ */
+#include "common.h"
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdint.h>
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd64(void) { /* xorshift64*: test data only */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static rg_tensor vec(rg_ctx *ctx, int64_t n, const float *v) {
+  return rg_input(ctx, RG_F32, 1, &n, v);
+}
+
+/* a tiny MLP: D -> H -> C with cross-entropy, used by several checks */
+enum { B = 8, D = 4, H = 8, C = 3 };
+typedef struct mlp { rg_tensor w1, b1, w2, b2; } mlp;
+
+static rg_status mlp_make(rg_ctx *ctx, mlp *m) {
+  rg_init nrm = {RG_INIT_NORMAL, 0.5f, 0}, z = {RG_INIT_ZEROS, 0, 0};
+  m->w1 = rg_param(ctx, "fc1.weight", RG_F32, 2, (int64_t[]){H, D}, nrm);
+  m->b1 = rg_param(ctx, "fc1.bias", RG_F32, 1, (int64_t[]){H}, z);
+  m->w2 = rg_param(ctx, "fc2.weight", RG_F32, 2, (int64_t[]){C, H}, nrm);
+  m->b2 = rg_param(ctx, "fc2.bias", RG_F32, 1, (int64_t[]){C}, z);
+  return rg_error(ctx);
+}
+
+static void batch(float *x, int32_t *y) {
+  for (int i = 0; i < B * D; i++) x[i] = (float)((i * 37 % 17) - 8) / 8.0f;
+  for (int i = 0; i < B; i++) y[i] = i % C;
+}
+
+static rg_tensor mlp_loss(rg_ctx *ctx, const mlp *m, rg_tensor x, rg_tensor y) {
+  rg_tensor h = rg_relu(ctx, rg_linear(ctx, x, m->w1, m->b1));
+  return rg_cross_entropy(ctx, rg_linear(ctx, h, m->w2, m->b2), y);
+}
+
+/* One training step, as DESIGN.md writes it; stops before the optimizer step if
+   recording failed (a careful caller never updates with half a gradient). */
+static rg_status mlp_step(rg_ctx *ctx, const mlp *m, rg_optim *opt, float *loss) {
+  float x[B * D];
+  int32_t y[B];
+  batch(x, y);
+  rg_status st = rg_step_begin(ctx);
+  if (st != RG_OK) return st;
+  rg_tensor tx = rg_input(ctx, RG_F32, 2, (int64_t[]){B, D}, x);
+  rg_tensor ty = rg_input(ctx, RG_I32, 1, (int64_t[]){B}, y);
+  rg_tensor l = mlp_loss(ctx, m, tx, ty);
+  if ((st = rg_backward(ctx, l)) != RG_OK) return st;
+  if (rg_error(ctx) != RG_OK) return rg_error(ctx);
+  if ((st = rg_optim_step(opt)) != RG_OK) return st;
+  if ((st = rg_zero_grad(ctx)) != RG_OK) return st;
+  if ((st = rg_item(ctx, l, loss)) != RG_OK) return st;
+  return rg_error(ctx);
+}
+
+static uint32_t ref_of(rg_ctx *ctx, rg_tensor t) {
+  uint32_t ref = 0;
+  return rg__check(ctx, t, "test", 1, &ref) == RG_OK ? ref : 0;
+}
+
+/* Recovery probe: after an error, clear it and show that real work still gives the right
+   answer in the same context. */
+static void works_after(rg_ctx *ctx, const char *what) {
+  rg_clear_error(ctx);
+  CHECK(rg_step_begin(ctx) == RG_OK, "%s: rg_step_begin after recovery: %s", what,
+        rg_errmsg(ctx));
+  float v[3] = {1, -2, 3}, out[3] = {0};
+  rg_tensor r = rg_relu(ctx, rg_scale(ctx, vec(ctx, 3, v), 2));
+  rg_status st = rg_read(ctx, r, out, sizeof out);
+  CHECK(st == RG_OK && out[0] == 2 && out[1] == 0 && out[2] == 6,
+        "%s: work after recovery: %s {%g,%g,%g} (%s)", what, rg_status_str(st), out[0], out[1],
+        out[2], rg_errmsg(ctx));
+  CHECK(rg_error(ctx) == RG_OK, "%s: error after recovery work: %s", what, rg_errmsg(ctx));
+}
+
+/* ---- rule 1/2: stale handles ------------------------------------------------------------- */
+
+static void test_stale_pass(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  float v[4] = {1, 2, 3, 4}, out[4];
+  rg_tensor x = vec(ctx, 4, v);
+  struct holder { int tag; rg_tensor t; } keep = {7, rg_scale(ctx, x, 2)};
+  CHECK(rg_read(ctx, keep.t, out, sizeof out) == RG_OK && out[3] == 8, "read before reset");
+  uint64_t g0 = rg_generation(ctx, RG_POOL_PASS), p0 = rg_generation(ctx, RG_POOL_PERSISTENT);
+  CHECK(g0 == 1 && p0 == 1, "generations start at 1 (%llu, %llu)", (unsigned long long)g0,
+        (unsigned long long)p0);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  uint64_t g1 = rg_generation(ctx, RG_POOL_PASS);
+  CHECK(g1 == g0 + 1, "rg_step_begin bumps the pass generation (%llu -> %llu)",
+        (unsigned long long)g0, (unsigned long long)g1);
+  CHECK(rg_generation(ctx, RG_POOL_PERSISTENT) == p0, "persistent generation unchanged");
+  CHECK(!rg_is_live(ctx, x) && !rg_is_live(ctx, keep.t), "pass handles are dead");
+  CHECK(rg_error(ctx) == RG_OK, "rg_is_live sets no error");
+
+  /* a read through the stale handle */
+  rg_status st = rg_read(ctx, x, out, sizeof out);
+  CHECK(st == RG_ERR_STALE, "stale rg_read -> %s", rg_status_str(st));
+  char want_old[64], want_new[64];
+  snprintf(want_old, sizeof want_old, "generation %llu", (unsigned long long)g0);
+  snprintf(want_new, sizeof want_new, "%llu", (unsigned long long)g1);
+  CHECK(msg_has(ctx, "pass") && msg_has(ctx, want_old) && msg_has(ctx, want_new) &&
+            msg_has(ctx, "rg_read"),
+        "stale message names call, pool and both generations: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+
+  /* the handle kept in a struct, used as an op operand after more resets */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  uint64_t g3 = rg_generation(ctx, RG_POOL_PASS);
+  rg_tensor y = rg_add(ctx, keep.t, vec(ctx, 4, v));
+  CHECK(y.id == 0 && rg_error(ctx) == RG_ERR_STALE, "op on a kept stale handle -> %s",
+        rg_status_str(rg_error(ctx)));
+  snprintf(want_new, sizeof want_new, "now %llu", (unsigned long long)g3);
+  CHECK(msg_has(ctx, "rg_add") && msg_has(ctx, "operand 1") && msg_has(ctx, want_old) &&
+            msg_has(ctx, want_new) && msg_has(ctx, "pass"),
+        "kept-handle message: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK(rg_ndim(ctx, x) == 0 && rg_error(ctx) == RG_ERR_STALE, "rg_ndim on stale handle");
+  rg_clear_error(ctx);
+  CHECK(rg_dim(ctx, x, 0) == -1 && rg_error(ctx) == RG_ERR_STALE, "rg_dim on stale handle");
+  rg_clear_error(ctx);
+  float one = 0;
+  CHECK(rg_item(ctx, keep.t, &one) == RG_ERR_STALE, "rg_item on stale handle");
+  rg_clear_error(ctx);
+  CHECK(rg_write(ctx, x, v, sizeof v) == RG_ERR_STALE, "rg_write on stale handle");
+  rg_clear_error(ctx);
+  /* an rg_reset(RG_POOL_PASS) does the same */
+  rg_tensor z = vec(ctx, 4, v);
+  CHECK_ST(ctx, rg_reset(ctx, RG_POOL_PASS), RG_OK);
+  CHECK(rg_read(ctx, z, out, sizeof out) == RG_ERR_STALE, "stale after rg_reset(PASS)");
+  works_after(ctx, "stale pass");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_stale_persistent(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_init c3 = {RG_INIT_CONST, 3, 0};
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, c3);
+  rg_tensor gw = rg_grad(ctx, w);
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.1f});
+  CHECK(w.id && gw.id && opt, "setup: %s", rg_errmsg(ctx));
+  float out[4], v[4] = {1, 2, 3, 4};
+
+  /* persistent handles survive rg_step_begin; pass handles survive a persistent reset */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, w, out, sizeof out), RG_OK);
+  CHECK(out[0] == 3, "w survives rg_step_begin: %g", out[0]);
+  rg_tensor x = rg_scale(ctx, vec(ctx, 4, v), 1);
+  uint64_t p0 = rg_generation(ctx, RG_POOL_PERSISTENT), g0 = rg_generation(ctx, RG_POOL_PASS);
+  CHECK_ST(ctx, rg_reset(ctx, RG_POOL_PERSISTENT), RG_OK);
+  uint64_t p1 = rg_generation(ctx, RG_POOL_PERSISTENT);
+  CHECK(p1 == p0 + 1 && rg_generation(ctx, RG_POOL_PASS) == g0,
+        "persistent reset bumps only its own generation");
+  CHECK_ST(ctx, rg_read(ctx, x, out, sizeof out), RG_OK);
+  CHECK(out[3] == 4, "pass value readable after a persistent reset: %g", out[3]);
+
+  rg_status st = rg_read(ctx, w, out, sizeof out);
+  CHECK(st == RG_ERR_STALE, "stale persistent read -> %s", rg_status_str(st));
+  char want_old[64], want_new[64];
+  snprintf(want_old, sizeof want_old, "generation %llu", (unsigned long long)p0);
+  snprintf(want_new, sizeof want_new, "now %llu", (unsigned long long)p1);
+  CHECK(msg_has(ctx, "persistent") && msg_has(ctx, want_old) && msg_has(ctx, want_new),
+        "persistent stale message: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK(rg_read(ctx, gw, out, sizeof out) == RG_ERR_STALE, "stale gradient handle");
+  rg_clear_error(ctx);
+  CHECK(rg_mul(ctx, w, x).id == 0 && rg_error(ctx) == RG_ERR_STALE, "op on stale param");
+  rg_clear_error(ctx);
+  CHECK(rg_param_count(ctx) == 0 && rg_param_find(ctx, "w").id == 0, "params are gone");
+  st = rg_optim_step(opt);
+  CHECK(st == RG_ERR_STALE, "optimizer over freed params -> %s", rg_status_str(st));
+  rg_clear_error(ctx);
+  rg_optim_free(opt);
+
+  /* the name may be used again, and the new parameter works */
+  rg_tensor w2 = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, c3);
+  CHECK(w2.id && w2.id != w.id, "new param after reset: %s", rg_errmsg(ctx));
+  CHECK(rg_read(ctx, w, out, sizeof out) == RG_ERR_STALE, "old handle stays stale");
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_read(ctx, w2, out, sizeof out), RG_OK);
+  CHECK(out[2] == 3, "new param value %g", out[2]);
+  works_after(ctx, "stale persistent");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_forged(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, (rg_init){RG_INIT_ONES, 0, 0});
+  float v[4] = {1, 2, 3, 4}, out[4];
+  rg_tensor x = vec(ctx, 4, v);
+  (void)x;
+  (void)w;
+  rg_tensor special[] = {
+      {1},                                       /* gen 0, slot 1 */
+      {(uint64_t)1 << 32 | 0},                   /* slot 0 */
+      {(uint64_t)1 << 32 | 0xffffffffu},         /* slot way past the table */
+      {(uint64_t)1 << 32 | 999},                 /* slot past the table */
+      {(uint64_t)77 << 32 | 1},                  /* a future generation */
+      {(uint64_t)1 << 63 | (uint64_t)1 << 32 | 500}, /* persistent, bad slot */
+      {(uint64_t)1 << 63 | (uint64_t)0x7fffffff << 32 | 1},
+      {UINT64_MAX},
+  };
+  int n_special = (int)(sizeof special / sizeof special[0]);
+  int bad = 0;
+  for (int i = 0; i < 2000 + n_special; i++) {
+    rg_tensor f = i < n_special ? special[i] : (rg_tensor){rnd64()};
+    if (!f.id || rg_is_live(ctx, f)) continue; /* a real handle by chance: not forged */
+    rg_status s1 = rg_read(ctx, f, out, sizeof out);
+    rg_clear_error(ctx);
+    rg_tensor r = rg_relu(ctx, f);
+    rg_status s2 = rg_error(ctx);
+    rg_clear_error(ctx);
+    rg_tensor r2 = rg_add(ctx, x, f);
+    rg_status s3 = rg_error(ctx);
+    rg_clear_error(ctx);
+    rg_status s4 = rg_backward(ctx, f);
+    rg_clear_error(ctx);
+    rg_tensor g = rg_grad(ctx, f);
+    rg_status s5 = rg_error(ctx);
+    rg_clear_error(ctx);
+    int nd = rg_ndim(ctx, f);
+    rg_status s6 = rg_error(ctx);
+    rg_clear_error(ctx);
+    rg_status s7 = rg_write(ctx, f, v, sizeof v);
+    rg_clear_error(ctx);
+    rg_status all[] = {s1, s2, s3, s4, s5, s6, s7};
+    for (int k = 0; k < 7; k++)
+      if (all[k] != RG_ERR_STALE && all[k] != RG_ERR_MISUSE) {
+        if (bad++ < 5)
+          CHECK(0, "forged id 0x%016llx: call %d -> %s", (unsigned long long)f.id, k,
+                rg_status_str(all[k]));
+      }
+    CHECK(!r.id && !r2.id && !g.id && nd == 0, "forged id 0x%016llx produced a value",
+          (unsigned long long)f.id);
+    if (failed()) break;
+  }
+  CHECK(bad == 0, "%d forged-handle calls gave a status other than STALE/MISUSE", bad);
+  works_after(ctx, "forged");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- rule 3/4: pending values, the barrier ---------------------------------------------- */
+
+static void test_pending(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_stats s;
+  rg_stats_reset(ctx);
+  float v[4] = {-1, 2, -3, 4}, out[4] = {0};
+  rg_tensor x = vec(ctx, 4, v);
+  rg_tensor y = rg_relu(ctx, rg_scale(ctx, x, 2));
+  rg_tensor z = rg_sum(ctx, y, RG_ALL_AXES, 0);
+  rg_stats_get(ctx, &s);
+  CHECK(s.nodes_recorded == 4, "4 nodes recorded, got %llu", (unsigned long long)s.nodes_recorded);
+  CHECK(s.nodes_executed == 0 && s.launches == 0 && s.drains == 0,
+        "nothing runs before the barrier: executed %llu launches %llu drains %llu",
+        (unsigned long long)s.nodes_executed, (unsigned long long)s.launches,
+        (unsigned long long)s.drains);
+  CHECK(rg_is_live(ctx, y) && rg_ndim(ctx, y) == 1 && rg_dim(ctx, y, 0) == 4,
+        "shape queries work on pending values without a barrier");
+  rg_stats_get(ctx, &s);
+  CHECK(s.drains == 0, "shape queries are not barriers");
+  CHECK(rg__t(ctx, ref_of(ctx, y))->state == RG_PENDING, "y is pending before the barrier");
+
+  float total = 0;
+  CHECK_ST(ctx, rg_item(ctx, z, &total), RG_OK);
+  CHECK(total == 12, "sum(relu(2x)) = %g, want 12", total);
+  rg_stats_get(ctx, &s);
+  CHECK(s.drains == 1 && s.drain_reason[RG_DRAIN_READ] == 1, "one drain for the read, got %llu",
+        (unsigned long long)s.drains);
+  CHECK(s.nodes_executed == 4 && s.launches == 4, "every queued node ran once: %llu / %llu",
+        (unsigned long long)s.nodes_executed, (unsigned long long)s.launches);
+
+  /* reading values that are already computed runs nothing */
+  CHECK_ST(ctx, rg_read(ctx, y, out, sizeof out), RG_OK);
+  CHECK(out[0] == 0 && out[1] == 4 && out[2] == 0 && out[3] == 8, "y = {%g,%g,%g,%g}", out[0],
+        out[1], out[2], out[3]);
+  CHECK_ST(ctx, rg_item(ctx, z, &total), RG_OK);
+  rg_stats_get(ctx, &s);
+  CHECK(s.drains == 1 && s.nodes_executed == 4, "re-reads drain nothing: drains %llu exec %llu",
+        (unsigned long long)s.drains, (unsigned long long)s.nodes_executed);
+
+  /* a node built on computed values runs alone: its ancestry is not recomputed */
+  rg_tensor w = rg_add(ctx, y, y);
+  CHECK_ST(ctx, rg_read(ctx, w, out, sizeof out), RG_OK);
+  rg_stats_get(ctx, &s);
+  CHECK(s.drains == 2 && s.nodes_executed == 5 && s.launches == 5,
+        "one more drain with one node: drains %llu exec %llu launches %llu",
+        (unsigned long long)s.drains, (unsigned long long)s.nodes_executed,
+        (unsigned long long)s.launches);
+  CHECK(out[3] == 16, "y+y = %g", out[3]);
+
+  /* rg_sync is a barrier without a read */
+  rg_tensor q = rg_neg(ctx, w);
+  CHECK_ST(ctx, rg_sync(ctx), RG_OK);
+  CHECK(rg__t(ctx, ref_of(ctx, q))->state == RG_READY, "rg_sync computed q");
+  rg_stats_get(ctx, &s);
+  CHECK(s.drains == 3 && s.drain_reason[RG_DRAIN_SYNC] == 1 && s.down.count == 3,
+        "sync: drains %llu, downloads %llu", (unsigned long long)s.drains,
+        (unsigned long long)s.down.count);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_failed_drain(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 2, (int64_t[]){2, 3}, (rg_init){RG_INIT_CONST, 0.5f, 0});
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.5f});
+  float lv[6] = {1, 2, 3, 4, 5, 6}, out[6], before_w[6];
+  CHECK_ST(ctx, rg_read(ctx, w, before_w, sizeof before_w), RG_OK);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  rg_tensor x = rg_input(ctx, RG_F32, 2, (int64_t[]){2, 3}, lv);
+  rg_tensor early = rg_scale(ctx, x, 10);
+  CHECK_ST(ctx, rg_read(ctx, early, out, sizeof out), RG_OK); /* computed before */
+  uint64_t gen = rg_generation(ctx, RG_POOL_PASS);
+
+  rg_label_push(ctx, "lossL");
+  int32_t tg[2] = {1, 7};
+  rg_tensor t = rg_input(ctx, RG_I32, 1, (int64_t[]){2}, tg);
+  rg_tensor logits = rg_mul(ctx, x, w);
+  rg_tensor ce = rg_cross_entropy(ctx, logits, t);
+  rg_label_pop(ctx);
+  rg_tensor later = rg_scale(ctx, ce, 2);   /* recorded after the failing node */
+  rg_tensor other = rg_exp(ctx, early);     /* independent of it, also after */
+  CHECK_ST(ctx, rg_backward(ctx, ce), RG_OK);
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK); /* would update w from the failed gradient */
+  CHECK(rg_error(ctx) == RG_OK, "recording is clean: %s", rg_errmsg(ctx));
+
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  float l = 0;
+  rg_status st = rg_item(ctx, ce, &l);
+  CHECK(st == RG_ERR_MISUSE, "the barrier reading the failing value returns MISUSE, got %s",
+        rg_status_str(st));
+  CHECK(rg_error(ctx) == RG_ERR_MISUSE, "sticky error is MISUSE: %s",
+        rg_status_str(rg_error(ctx)));
+  CHECK(msg_has(ctx, "rg_cross_entropy") && msg_has(ctx, "7") && msg_has(ctx, "lossL"),
+        "failure names op, label and value: %s", rg_errmsg(ctx));
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.drains == s0.drains + 1, "one drain");
+  CHECK(s1.nodes_executed < s1.nodes_recorded, "not every node counts as executed");
+  CHECK(rg_generation(ctx, RG_POOL_PASS) == gen, "a failed drain does not advance the epoch");
+
+  /* the queue is dropped, not retried */
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_sync(ctx), RG_OK);
+  rg_stats_get(ctx, &s0);
+  CHECK(s0.drains == s1.drains && s0.nodes_executed == s1.nodes_executed,
+        "the failed queue is not retried");
+
+  /* values pending in that drain read back FAILED with the original message */
+  rg_tensor failed_vals[] = {ce, later, logits};
+  for (int i = 0; i < 3; i++) {
+    rg_clear_error(ctx);
+    float tmp[6];
+    size_t nb = i == 2 ? sizeof tmp : 4;
+    st = rg_read(ctx, failed_vals[i], tmp, nb);
+    if (i == 2 && st == RG_OK) continue; /* logits ran before the failing node: see below */
+    CHECK(st == RG_ERR_FAILED, "pending value %d reads %s, want RG_ERR_FAILED", i,
+          rg_status_str(st));
+    CHECK(msg_has(ctx, "rg_cross_entropy") && msg_has(ctx, "7"),
+          "FAILED carries the original message: %s", rg_errmsg(ctx));
+  }
+  rg_clear_error(ctx);
+  st = rg_read(ctx, other, out, sizeof out);
+  CHECK(st == RG_ERR_FAILED, "a later independent value reads %s, want FAILED",
+        rg_status_str(st));
+  rg_clear_error(ctx);
+  /* a value that ran before the failing node in the same drain: if readable, correct */
+  st = rg_read(ctx, logits, out, sizeof out);
+  CHECK(st == RG_OK || st == RG_ERR_FAILED, "logits: %s", rg_status_str(st));
+  if (st == RG_OK) CHECK(out[5] == 3.0f, "logits computed correctly: %g", out[5]);
+  rg_clear_error(ctx);
+  /* a failed value used as an operand */
+  CHECK(rg_relu(ctx, later).id == 0 && rg_error(ctx) == RG_ERR_FAILED, "op on a failed value");
+  rg_clear_error(ctx);
+
+  /* values computed before are still readable; the persistent pool is intact */
+  CHECK_ST(ctx, rg_read(ctx, early, out, sizeof out), RG_OK);
+  CHECK(out[0] == 10 && out[5] == 60, "early value intact: %g %g", out[0], out[5]);
+  float now_w[6];
+  CHECK_ST(ctx, rg_read(ctx, w, now_w, sizeof now_w), RG_OK);
+  CHECK(!memcmp(now_w, before_w, sizeof now_w), "the update after the failure did not run");
+
+  /* and the context keeps working */
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  tg[1] = 2;
+  rg_tensor ce2 = rg_cross_entropy(ctx, rg_mul(ctx, rg_input(ctx, RG_F32, 2, (int64_t[]){2, 3}, lv), w),
+                                   rg_input(ctx, RG_I32, 1, (int64_t[]){2}, tg));
+  CHECK_ST(ctx, rg_item(ctx, ce2, &l), RG_OK);
+  /* logits {0.5,1,1.5},{2,2.5,3}; targets 1, 2 */
+  double r0 = log(exp(0.5) + exp(1.0) + exp(1.5)) - 1.0, r1 = log(exp(2.0) + exp(2.5) + exp(3.0)) - 3.0;
+  CHECK(fabs(l - (r0 + r1) / 2) < 1e-5, "loss after recovery %g want %g", l, (r0 + r1) / 2);
+  works_after(ctx, "failed drain");
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- rule 4: in-place ordering ----------------------------------------------------------- */
+
+static void test_inplace_order(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, (rg_init){RG_INIT_NORMAL, 1, 0});
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.25f});
+  float w0[4], c[4] = {1, -2, 4, 0.5f}, old[4], now[4];
+  CHECK_ST(ctx, rg_read(ctx, w, w0, sizeof w0), RG_OK);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, w, vec(ctx, 4, c)), RG_ALL_AXES, 0);
+  rg_tensor before = rg_scale(ctx, w, 1);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+  rg_tensor after = rg_scale(ctx, w, 1); /* recorded after the step: sees new weights */
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  float l;
+  CHECK_ST(ctx, rg_item(ctx, loss, &l), RG_OK);
+  double lref = 0;
+  for (int i = 0; i < 4; i++) lref += (double)w0[i] * c[i];
+  CHECK(fabs(l - lref) < 1e-5, "loss uses the old weights: %g vs %g", l, lref);
+  CHECK_ST(ctx, rg_read(ctx, before, old, sizeof old), RG_OK);
+  CHECK(!memcmp(old, w0, sizeof old), "a reader recorded before the step sees the old w");
+  CHECK_ST(ctx, rg_read(ctx, w, now, sizeof now), RG_OK);
+  for (int i = 0; i < 4; i++)
+    CHECK(now[i] == w0[i] - 0.25f * c[i], "w[%d] = %.9g, want %.9g", i, now[i],
+          w0[i] - 0.25f * c[i]);
+  CHECK_ST(ctx, rg_read(ctx, after, old, sizeof old), RG_OK);
+  CHECK(!memcmp(old, now, sizeof old), "a reader recorded after the step sees the new w");
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_write_order(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor p = rg_param(ctx, "p", RG_F32, 1, (int64_t[]){3}, (rg_init){RG_INIT_CONST, 2, 0});
+  float a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, out[3];
+  rg_tensor x = vec(ctx, 3, a);
+  rg_tensor rx = rg_scale(ctx, x, 2); /* queued reader of x's old bytes */
+  rg_tensor rp = rg_add(ctx, p, x);   /* queued reader of p's old bytes */
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  CHECK_ST(ctx, rg_write(ctx, x, b, sizeof b), RG_OK);
+  CHECK_ST(ctx, rg_write(ctx, p, b, sizeof b), RG_OK);
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.drain_reason[RG_DRAIN_WRITE] == s0.drain_reason[RG_DRAIN_WRITE] + 1,
+        "rg_write drained once (the second had nothing queued)");
+  CHECK(s1.up_site[RG_SITE_WRITE].count == 2 && s1.up_site[RG_SITE_WRITE].bytes == 24,
+        "writes counted: %llu / %llu bytes", (unsigned long long)s1.up_site[RG_SITE_WRITE].count,
+        (unsigned long long)s1.up_site[RG_SITE_WRITE].bytes);
+  CHECK_ST(ctx, rg_read(ctx, rx, out, sizeof out), RG_OK);
+  CHECK(out[0] == 2 && out[2] == 6, "reader of x saw the old bytes: %g %g", out[0], out[2]);
+  CHECK_ST(ctx, rg_read(ctx, rp, out, sizeof out), RG_OK);
+  CHECK(out[0] == 3 && out[2] == 5, "reader of p saw the old bytes: %g %g", out[0], out[2]);
+  CHECK_ST(ctx, rg_read(ctx, x, out, sizeof out), RG_OK);
+  CHECK(!memcmp(out, b, sizeof b), "x holds the written bytes");
+  CHECK_ST(ctx, rg_read(ctx, p, out, sizeof out), RG_OK);
+  CHECK(!memcmp(out, b, sizeof b), "p holds the written bytes");
+  /* a reader recorded after the write sees the new value */
+  rg_tensor r2 = rg_scale(ctx, p, 1);
+  CHECK_ST(ctx, rg_read(ctx, r2, out, sizeof out), RG_OK);
+  CHECK(out[1] == 20, "reader after the write: %g", out[1]);
+  /* wrong sizes are misuse and change nothing */
+  CHECK(rg_write(ctx, p, a, 8) == RG_ERR_MISUSE, "short write is MISUSE");
+  rg_clear_error(ctx);
+  CHECK(rg_read(ctx, p, out, 16) == RG_ERR_MISUSE, "long read is MISUSE");
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_read(ctx, p, out, sizeof out), RG_OK);
+  CHECK(!memcmp(out, b, sizeof b), "p unchanged by the refused write");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- rule 5/6: errors and recovery -------------------------------------------------------- */
+
+static void test_recovery(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.pass_budget = 1 << 16});
+  if (!ctx) return;
+  float v[4] = {1, 2, 3, 4};
+
+  /* MISUSE: a shape error, with a message that says what to do */
+  rg_tensor a = vec(ctx, 4, v), b = rg_input(ctx, RG_F32, 1, (int64_t[]){3}, v);
+  CHECK(rg_add(ctx, a, b).id == 0 && rg_error(ctx) == RG_ERR_MISUSE, "shape mismatch");
+  CHECK(msg_has(ctx, "rg_add") && msg_has(ctx, "[4]") && msg_has(ctx, "[3]"),
+        "shape message: %s", rg_errmsg(ctx));
+  /* the first error stays; a chain keeps it */
+  CHECK(rg_relu(ctx, RG_NONE).id == 0 && rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, "rg_add"),
+        "sticky first error: %s", rg_errmsg(ctx));
+  works_after(ctx, "MISUSE");
+  CHECK(rg_input(ctx, RG_F32, 1, (int64_t[]){4}, NULL).id == 0 && rg_error(ctx) == RG_ERR_MISUSE,
+        "rg_input(NULL host) is MISUSE");
+  works_after(ctx, "MISUSE host");
+
+  /* STALE */
+  CHECK(rg_read(ctx, a, v, sizeof v) == RG_ERR_STALE, "STALE");
+  works_after(ctx, "STALE");
+
+  /* OOM: over the pass budget */
+  static float big[1 << 15];
+  CHECK(rg_input(ctx, RG_F32, 1, (int64_t[]){1 << 15}, big).id == 0 &&
+            rg_error(ctx) == RG_ERR_OOM,
+        "over budget -> %s", rg_status_str(rg_error(ctx)));
+  CHECK(msg_has(ctx, "budget"), "OOM message names the budget: %s", rg_errmsg(ctx));
+  works_after(ctx, "OOM");
+
+  /* NONFINITE: clipping a NaN gradient */
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, (rg_init){RG_INIT_ONES, 0, 0});
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.1f});
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  float bad[4] = {1, -1, 2, 3};
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, w, rg_log(ctx, vec(ctx, 4, bad))), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_clip_grad_norm(ctx, 1.0f), RG_OK);
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  CHECK_ST(ctx, rg_sync(ctx), RG_ERR_NONFINITE);
+  CHECK(rg_error(ctx) == RG_ERR_NONFINITE && msg_has(ctx, "NaN"), "NONFINITE message: %s",
+        rg_errmsg(ctx));
+  float wv[4];
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_read(ctx, w, wv, sizeof wv), RG_OK);
+  CHECK(wv[0] == 1 && wv[3] == 1, "skipped update left w: %g %g", wv[0], wv[3]);
+  CHECK(rg_optim_steps(opt) == 0, "skipped update not counted");
+  works_after(ctx, "NONFINITE");
+  /* a finite step works again in the same context */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  float good[4] = {1, 2, 3, 4};
+  loss = rg_sum(ctx, rg_mul(ctx, w, vec(ctx, 4, good)), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_clip_grad_norm(ctx, 100.0f), RG_OK);
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  CHECK_ST(ctx, rg_sync(ctx), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, w, wv, sizeof wv), RG_OK);
+  CHECK(wv[3] == 1 - 0.1f * 4, "finite step after the skipped one: %.9g", wv[3]);
+  CHECK(rg_optim_steps(opt) == 1, "one step counted");
+
+  /* FAILED: an embedding index out of range fails its drain; values in it read FAILED */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  int32_t idx[2] = {0, 4};
+  rg_tensor table = rg_param(ctx, "table", RG_F32, 2, (int64_t[]){4, 2},
+                             (rg_init){RG_INIT_ONES, 0, 0});
+  rg_tensor emb = rg_embedding(ctx, table, rg_input(ctx, RG_I32, 1, (int64_t[]){2}, idx));
+  rg_tensor after = rg_scale(ctx, emb, 3);
+  CHECK_ST(ctx, rg_sync(ctx), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "rg_embedding") && msg_has(ctx, "4"), "embedding failure: %s",
+        rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  float ev[4];
+  CHECK_ST(ctx, rg_read(ctx, after, ev, sizeof ev), RG_ERR_FAILED);
+  CHECK(msg_has(ctx, "rg_embedding"), "FAILED message: %s", rg_errmsg(ctx));
+  works_after(ctx, "FAILED");
+
+  /* UNSUPPORTED inside a context: BF16 parameters (master weights are F32) */
+  CHECK(rg_param(ctx, "bf", RG_BF16, 1, (int64_t[]){2}, (rg_init){0, 0, 0}).id == 0 &&
+            rg_error(ctx) == RG_ERR_UNSUPPORTED,
+        "BF16 param -> %s", rg_status_str(rg_error(ctx)));
+  works_after(ctx, "UNSUPPORTED");
+
+  /* IO: saving where no file can be made, loading what is not there; then a real save
+     and load round trip in the same context */
+  float wsave[4], wmod[4] = {9, 9, 9, 9}, wload[4];
+  CHECK_ST(ctx, rg_read(ctx, w, wsave, sizeof wsave), RG_OK);
+  rg_status st = rg_save(ctx, "/nonexistent-dir-rg/ckpt.safetensors", NULL);
+  CHECK(st == RG_ERR_IO || st == RG_ERR_UNSUPPORTED, "save to a bad path -> %s (%s)",
+        rg_status_str(st), rg_errmsg(ctx));
+  works_after(ctx, "rg_save bad path");
+  st = rg_load(ctx, "no-such-file.safetensors", NULL);
+  CHECK(st == RG_ERR_IO || st == RG_ERR_UNSUPPORTED, "load of a missing file -> %s",
+        rg_status_str(st));
+  works_after(ctx, "rg_load missing");
+  CHECK_ST(ctx, rg_read(ctx, w, wload, sizeof wload), RG_OK);
+  CHECK(!memcmp(wload, wsave, sizeof wload), "a failed load changed nothing");
+  st = rg_save(ctx, "contract.safetensors", NULL);
+  if (st == RG_ERR_UNSUPPORTED) {
+    works_after(ctx, "rg_save unsupported");
+  } else {
+    CHECK(st == RG_OK, "rg_save -> %s (%s)", rg_status_str(st), rg_errmsg(ctx));
+    CHECK_ST(ctx, rg_write(ctx, w, wmod, sizeof wmod), RG_OK);
+    CHECK_ST(ctx, rg_load(ctx, "contract.safetensors", NULL), RG_OK);
+    CHECK_ST(ctx, rg_read(ctx, w, wload, sizeof wload), RG_OK);
+    CHECK(!memcmp(wload, wsave, sizeof wload), "save/load round trip");
+    remove("contract.safetensors");
+    works_after(ctx, "rg_save");
+  }
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+
+  /* UNSUPPORTED from rg_open: CUDA on a build or machine without it */
+  rg_ctx *cu = (rg_ctx *)&cu; /* must be overwritten with NULL */
+  st = rg_open(&cu, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  if (st == RG_OK) {
+    CHECK_ST(cu, rg_close(cu), RG_OK); /* a real GPU: nothing to check here */
+  } else {
+    CHECK(st == RG_ERR_UNSUPPORTED, "rg_open(CUDA) without a GPU -> %s", rg_status_str(st));
+    CHECK(cu == NULL, "*ctx is NULL after a failed rg_open");
+    rg_ctx *c2 = open_cpu(); /* and the process can go on with a CPU context */
+    if (c2) {
+      works_after(c2, "after rg_open(CUDA)");
+      CHECK_ST(c2, rg_close(c2), RG_OK);
+    }
+  }
+  rg_ctx *c3 = NULL;
+  CHECK(rg_open(&c3, &(rg_options){.device = (rg_device)42}) == RG_ERR_MISUSE && !c3,
+        "unknown device is MISUSE");
+}
