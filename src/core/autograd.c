@@ -135,8 +135,9 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     uint32_t w = y, b = n->in[2];
     rg_shape sw = rg__shape(ctx, w), gx = sx;
     uint32_t g2 = rows2(ctx, g);
-    gx.dims[0] = rg__shape(ctx, g2).dims[0];
     gx.ndim = 2;
+    gx.dims[0] = rg__shape(ctx, g2).dims[0];
+    gx.dims[1] = sx.dims[sx.ndim - 1];
     gin[0] = reshape(ctx, matmul_t(ctx, g2, w, 0, 0, gx), sx);
     gin[1] = matmul_t(ctx, g2, rows2(ctx, x), 1, 0, sw);
     if (b) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
@@ -223,6 +224,9 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss has %lld elements of %s; "
                     "rg_backward needs a one-element F32 loss (reduce it with rg_mean or "
                     "rg_sum)", (long long)lt->numel, rg__dtype_name(lt->dtype));
+  if (lt->state == RG_FAILED)
+    return rg__fail(ctx, RG_ERR_FAILED, "rg_backward", "the loss was not computed because its "
+                    "drain failed: %s", lt->fail ? ctx->fails[lt->fail - 1] : "?");
   if (!(lt->flags & RG_T_GRAD) || !lt->node)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss does not depend on any "
                     "parameter (or was computed with rg_detach / before rg_step_begin); "

@@ -70,7 +70,7 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
   rg_tinfo *ti = rg__t(ctx, *ref);
   if (ti->state == RG_FAILED) {
     rg__fail(ctx, RG_ERR_FAILED, call, "operand %d was not computed because its drain "
-             "failed: %s", k, ctx->fails[ti->fail - 1]);
+             "failed: %s", k, ti->fail ? ctx->fails[ti->fail - 1] : "?");
     return false;
   }
   if (!(dtypes >> ti->dtype & 1)) {

@@ -356,7 +356,8 @@ const char *rg_name(rg_ctx *ctx, rg_tensor t) {
 
 /* Checks t for a read or write of exactly `bytes`, draining first. */
 static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size_t bytes,
-                                 const char *call, rg_drain_reason why, rg_status *st) {
+                                 const char *call, rg_drain_reason why, rg_status *st,
+                                 bool overwrite) {
   uint32_t ref;
   if ((*st = rg__check(ctx, t, call, 1, &ref)) != RG_OK) return NULL;
   rg_tinfo *ti = rg__t(ctx, ref);
@@ -372,21 +373,26 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
                    rg__dtype_name(ti->dtype), ti->nbytes);
     return NULL;
   }
+  bool pending = ti->state == RG_PENDING;
   rg_status ds = rg__drain(ctx, why);
   ti = rg__t(ctx, ref);
-  if (ti->state == RG_FAILED) {
-    *st = rg__fail(ctx, RG_ERR_FAILED, call, "this value was not computed because its drain "
-                   "failed: %s", ctx->fails[ti->fail - 1]);
+  if (ti->state == RG_FAILED && !overwrite) {
+    /* The drain this read ran failed on the way to the value: report that failure itself
+       (its message is the sticky one); a value failed earlier reads RG_ERR_FAILED. */
+    *st = pending && ds != RG_OK ? ds
+                                 : rg__fail(ctx, RG_ERR_FAILED, call, "this value was not "
+                                            "computed because its drain failed: %s",
+                                            ti->fail ? ctx->fails[ti->fail - 1] : "?");
     return NULL;
   }
-  (void)ds; /* a failure elsewhere in the drain does not spoil a value that was computed */
+  /* A failure elsewhere in the drain does not spoil a value that was computed. */
   return ti;
 }
 
 rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes) {
   if (!ctx) return RG_ERR_MISUSE;
   rg_status st;
-  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, "rg_read", RG_DRAIN_READ, &st);
+  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, "rg_read", RG_DRAIN_READ, &st, false);
   if (!ti) return st;
   if ((st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
   count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], bytes);
@@ -404,7 +410,7 @@ rg_status rg_item(rg_ctx *ctx, rg_tensor t, float *out) {
                     "rg_item reads one F32 element (use rg_read for others)",
                     (long long)ti->numel, rg__dtype_name(ti->dtype));
   if (!out) return rg__fail(ctx, RG_ERR_MISUSE, "rg_item", "out is NULL");
-  ti = transfer_target(ctx, t, out, 4, "rg_item", RG_DRAIN_READ, &st);
+  ti = transfer_target(ctx, t, out, 4, "rg_item", RG_DRAIN_READ, &st, false);
   if (!ti) return st;
   if ((st = ctx->be->download(ctx, out, ti->data, 4)) != RG_OK) return st;
   count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], 4);
@@ -416,13 +422,12 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   uint32_t ref;
   rg_status st = rg__check(ctx, t, "rg_write", 1, &ref);
   if (st != RG_OK) return st;
-  /* A failed value may be overwritten: the write gives it contents. */
-  rg_tinfo *ti = rg__t(ctx, ref);
-  if (ti->state == RG_FAILED) ti->state = RG_READY;
-  ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st);
+  /* A failed value may be overwritten: a successful write gives it contents. */
+  rg_tinfo *ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st, true);
   if (!ti) return st;
   if ((st = ctx->be->upload(ctx, ti->data, src, bytes)) != RG_OK) return st;
   ti->state = RG_READY;
+  ti->fail = 0;
   count(&ctx->st.up, &ctx->st.up_site[RG_SITE_WRITE], bytes);
   return RG_OK;
 }

@@ -19,8 +19,8 @@
    small against the work, small enough that a few cores share a 1 MB tensor. */
 #define EW_CHUNK 16384
 
-static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- upload and fill ------------------------------------------------------------------ */
 
@@ -98,6 +98,7 @@ static bool is_trailing_vector(const rg_tv *v, const rg_tv *out) {
 
 static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
                      int64_t n, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   int64_t nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
 #pragma omp parallel for num_threads(threads) if(nchunk > 1) schedule(static)
   for (int64_t c = 0; c < nchunk; c++) {
@@ -109,6 +110,7 @@ static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t
 /* a full, v a trailing-axis vector; v_first says which side of op v is on. */
 static void bin_rowvec(int op, const float *full, const float *v, bool v_first, float *o,
                        int64_t rows, int64_t C, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
 #pragma omp parallel for num_threads(threads) if(rows * C > EW_CHUNK) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     if (v_first)
@@ -119,6 +121,7 @@ static void bin_rowvec(int op, const float *full, const float *v, bool v_first, 
 }
 
 static void bin_general(int op, const rg_tv *a, const rg_tv *b, const rg_tv *o, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
   bcast_strides(a, o, sa);
   bcast_strides(b, o, sb);

@@ -31,8 +31,8 @@
 /* Below this many multiply-adds a GEMM runs on the calling thread only. */
 #define GEMM_PAR_MIN (1 << 18)
 
-static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- the built-in GEMM ---------------------------------------------------------------- */
 
@@ -132,6 +132,7 @@ void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
   int64_t mb = (M + MC - 1) / MC, nb = (N + NC - 1) / NC;
   int nt = threads > 0 ? threads : 1;
   bool par = nt > 1 && mb * nb > 1 && M * N * K >= GEMM_PAR_MIN;
+  (void)par; /* read only by the OpenMP pragma */
 #pragma omp parallel for num_threads(nt) if(par) schedule(static)
   for (int64_t w = 0; w < mb * nb; w++) gemm_tile(&g, (w / nb) * MC, (w % nb) * NC);
 }

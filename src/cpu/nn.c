@@ -31,8 +31,8 @@
 /* Cross-row sums split into at most this many fixed chunks (partials on the stack). */
 #define MAX_CHUNKS 64
 
-static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t last_dim(const rg_tv *x) { return x->ndim ? x->dims[x->ndim - 1] : 1; }
 
 static int thread_id(void) {
@@ -210,6 +210,7 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
   int nt = nthreads(k);
   bool par = k->in[0].n > PAR_MIN, params = dgamma || dbeta;
+  (void)nt, (void)par; /* read only by OpenMP pragmas */
   norm_stats *st = NULL;
   if (params) {
     st = rg__malloc(k->ctx, (size_t)(R ? R : 1) * sizeof(*st));
@@ -358,6 +359,7 @@ rg_status rg_cpu_attention(rg_kargs *k) {
   if (!scratch) return RG_ERR_OOM;
   int64_t rows = a.BH * a.T;
   bool par = rows * a.S * a.D > PAR_MIN;
+  (void)nt, (void)par; /* read only by OpenMP pragmas */
 #pragma omp parallel num_threads(nt) if(par)
   {
     float *p = scratch + (int64_t)thread_id() * a.S;
@@ -424,6 +426,7 @@ rg_status rg_cpu_attention_bwd(rg_kargs *k) {
   if (!scratch) return RG_ERR_OOM;
   float *lse = scratch + (int64_t)nt * 2 * a.S, *delta = lse + qrows;
   bool par = qrows * a.S * a.D > PAR_MIN;
+  (void)par; /* read only by OpenMP pragmas */
 #pragma omp parallel num_threads(nt) if(par)
   {
     float *p = scratch + (int64_t)thread_id() * 2 * a.S, *dp = p + a.S;

@@ -25,8 +25,8 @@
 /* A norm splits each tensor into at most this many fixed chunks (partials on the stack). */
 #define MAX_CHUNKS 64
 
-static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t nchunks(int64_t n) { return (n + CHUNK - 1) / CHUNK; }
 
 static inline float ld(const void *p, int dt, int64_t i) {
@@ -79,6 +79,7 @@ rg_status rg_cpu_zero_list(rg_kargs *k) {
 /* ---- clip ------------------------------------------------------------------------------- */
 
 static double sumsq(const rg_tv *g, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   double part[MAX_CHUNKS];
   int64_t n = g->n, nc = min64(MAX_CHUNKS, nchunks(n));
   if (nc < 1) return 0;
@@ -98,6 +99,7 @@ static double sumsq(const rg_tv *g, int threads) {
 }
 
 static void scale_tensor(const rg_tv *g, float coef, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   int64_t n = g->n, nc = nchunks(n);
 #pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
   for (int64_t c = 0; c < nc; c++) {
@@ -169,6 +171,7 @@ static inline void adam_elem(const adam_c *c, float *w, float g, float *m, float
 
 static void adam_tensor(const adam_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
                         const rg_tv *v, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   int64_t n = w->n, nc = nchunks(n);
   bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && m->dtype == RG_F32 &&
               v->dtype == RG_F32;
@@ -224,6 +227,7 @@ static inline void sgd_elem(const sgd_c *c, float *w, float g, float *buf) {
 
 static void sgd_tensor(const sgd_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
                        int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   int64_t n = w->n, nc = nchunks(n);
   bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && (!m->p || m->dtype == RG_F32);
 #pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)

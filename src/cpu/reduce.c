@@ -23,8 +23,8 @@
 /* An all-axes sum splits into at most this many fixed chunks (partials on the stack). */
 #define MAX_CHUNKS 64
 
-static int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 typedef struct span3 { int64_t outer, len, inner; } span3;
 
@@ -39,6 +39,7 @@ static span3 split_axis(const rg_tv *x, int64_t axis) {
 
 /* Sum of n floats in double. The chunking depends only on n, so the rounding does too. */
 static double det_sum(const float *x, int64_t n, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
   double part[MAX_CHUNKS];
   int64_t nchunk = min64(MAX_CHUNKS, (n + PAR_MIN - 1) / PAR_MIN);
   if (nchunk < 1) nchunk = 1;
@@ -201,6 +202,7 @@ static void split_kept(const rg_tv *x, const rg_tv *out, axset *kept, axset *red
    rows of it into a block of double accumulators. */
 static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, int threads,
                         bool big) {
+  (void)threads, (void)big; /* read only by OpenMP pragmas */
   int64_t I = kept.size[kept.n - 1];
   kept.n--; /* the rest index the outer kept positions */
   int64_t ko = axset_count(&kept), rcount = axset_count(red);
@@ -221,6 +223,7 @@ static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, 
 /* The innermost x axis is summed away: each output sums contiguous runs of it. */
 static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, int threads,
                         bool big) {
+  (void)threads, (void)big; /* read only by OpenMP pragmas */
   int64_t L = red.size[red.n - 1];
   red.n--;
   int64_t nout = axset_count(kept), rcount = axset_count(&red);
