@@ -150,7 +150,11 @@ RG_API rg_tensor rg_input(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *
 RG_API rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dtype, int ndim,
                           const int64_t *dims, rg_init init);
 /* Barrier, then copies the tensor's bytes to dst. bytes must equal its size exactly,
-   else MISUSE. A value whose drain failed gives RG_ERR_FAILED with the original message. */
+   else MISUSE. If the drain this call runs fails before reaching t, the drain's status is
+   returned (its message is the sticky error); reading a value whose drain failed earlier
+   gives RG_ERR_FAILED with the original message. A value computed before a failure in
+   the same drain reads normally. RG_ERR_NONFINITE (see rg_clip_grad_norm) is returned
+   with the value delivered. */
 RG_API rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes);
 /* Barrier, then the single element of a one-element F32 tensor into *out. */
 RG_API rg_status rg_item(rg_ctx *ctx, rg_tensor scalar, float *out);
@@ -301,9 +305,11 @@ RG_API rg_status rg_optim_step(rg_optim *opt);
 RG_API rg_status rg_optim_set_lr(rg_optim *opt, float lr);
 /* Steps taken so far (a barrier: the count lives on the device). */
 RG_API int64_t rg_optim_steps(rg_optim *opt);
-/* Records: total L2 norm of every parameter gradient; when above max_norm, scales the
-   gradients by max_norm/norm. A non-finite norm makes the next rg_optim_step skip its
-   update and the drain report RG_ERR_NONFINITE. No host read. */
+/* Records: total L2 norm of every parameter gradient; scales the gradients by
+   max_norm/(norm+1e-6) when that is below 1 (as PyTorch). A non-finite norm leaves the
+   gradients alone, makes the next rg_optim_step skip its update (weights, moments and
+   step count bit-identical) and makes the barrier that runs it report RG_ERR_NONFINITE:
+   rg_read/rg_item still deliver their value and return RG_ERR_NONFINITE. No host read. */
 RG_API rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm);
 /* NULL is fine. The state stays in the persistent pool until it is reset. */
 RG_API void rg_optim_free(rg_optim *opt);

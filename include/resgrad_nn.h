@@ -16,18 +16,23 @@
  *    name: rg_nn_linear_init(ctx, &l, "h.0.mlp.c_fc", ...) makes "h.0.mlp.c_fc.weight" and
  *    "h.0.mlp.c_fc.bias". A NULL or empty name gives just "weight"/"bias". Names must be
  *    unique in a context (rg_param's rule), so two models in one context need two prefixes.
- *  - Weights use PyTorch's layout [out, in], as torch.nn.Linear. Hugging Face's GPT-2
- *    checkpoints store c_attn/c_proj/c_fc as Conv1D, [in, out]: transpose those four
- *    weights when importing from (or exporting to) them. nanoGPT-style checkpoints map as
- *    they are.
+ *  - Weights use PyTorch's layout [out, in], as torch.nn.Linear and nanoGPT, whose
+ *    checkpoints map as they are (rg_gpt_new with prefix "transformer."; nanoGPT's
+ *    lm_head.weight is the tied wte.weight). Hugging Face's GPT-2 stores attn.c_attn,
+ *    attn.c_proj, mlp.c_fc and mlp.c_proj weights as Conv1D, [in, out]: transpose those
+ *    four when importing from (or exporting to) it.
  *  - Init functions return RG_OK, or an error with the sticky error set: MISUSE for a bad
  *    argument (NULL struct, non-positive size, dropout outside [0, 1)), else the status
  *    of the rg_param call that failed (a duplicate name is MISUSE, a full pool OOM).
- *    Parameters made before a failure stay in the context. They do not barrier. Forward functions record ops and return a pending handle, or RG_NONE
- *    with the sticky error set; given RG_NONE they return RG_NONE and keep the first
- *    error, like every op. Misuse detected here (a wrong rank, a sequence longer than the
- *    model's block) is reported through the sticky error as RG_ERR_MISUSE, the message
- *    naming the layer and saying what to do.
+ *    Parameters made before a failure stay in the context. Init calls nothing but
+ *    rg_param, so it barriers exactly when rg_param does.
+ *  - Forward functions record ops and return a pending handle, or RG_NONE with the sticky
+ *    error set; given RG_NONE they return RG_NONE and keep the first error, like every
+ *    op. Misuse detected here (a wrong rank, a sequence longer than the model's block) is
+ *    RG_ERR_MISUSE with a message that names the function and says what to do. (The
+ *    public API has no call to raise an error, so the explanation travels as a label on
+ *    the call that fails: "rg_slice [rg_gpt_forward: idx is [2, 12] but the model's
+ *    block size is 8; ...]: [0, 12) is outside axis 0 of size 8".)
  *  - Layer structs are plain values owned by the caller; copying one copies handles, not
  *    parameters. They stay valid until the persistent pool is reset or the context closed.
  *  - Dropout uses rg_dropout: identity when p == 0 or when rg_set_training(ctx, 0).
@@ -141,10 +146,12 @@ typedef struct rg_gpt_config {
   float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
 } rg_gpt_config;
 
-/* GPT-2: logits = ln_f(h_{L-1}(...h_0(drop(wte[idx] + wpe[0..T))))) wte^T. The output
-   head is tied to wte (no separate parameter), as torch_ref.py and GPT-2.
+/* GPT-2 (structure and initialisation as bench/torch_ref.py's GPT, names as GPT-2's
+   and nanoGPT's state dicts): for idx [B, T],
+     x = drop(wte[idx] + wpe[0..T))   h_i: x += attn(ln_1(x)); x += mlp(ln_2(x))
+     logits = ln_f(x) wte^T           (the head is tied to wte: no separate parameter)
    Parameters, in creation order, each "<prefix>" + the name below:
-     wte.weight [V, C]          wpe.weight [T, C]
+     wte.weight [V, C]          wpe.weight [block, C]
      h.{i}.ln_1.weight [C]      h.{i}.ln_1.bias [C]
      h.{i}.attn.c_attn.weight [3C, C]   h.{i}.attn.c_attn.bias [3C]   (fused q, k, v)
      h.{i}.attn.c_proj.weight [C, C]    h.{i}.attn.c_proj.bias [C]
@@ -166,13 +173,17 @@ typedef struct rg_gpt rg_gpt;
    use the context's allocator); free it with rg_gpt_free. The parameters belong to the
    context, not to the struct. Not a barrier. */
 RG_API rg_gpt *rg_gpt_new(rg_ctx *ctx, const rg_gpt_config *cfg, const char *prefix);
-/* idx I32 [B, T] with 1 <= T <= block -> logits F32 [B, T, V]. A T above the block size,
-   a rank other than 2 or a dtype other than I32 gives RG_NONE and MISUSE. Token ids
-   outside [0, V) fail at the barrier. Each block is recorded under the label "h.{i}"
-   (below "<prefix>" without its trailing '.', if any). */
+/* idx I32 [B, T] with 1 <= T <= block -> logits F32 [B, T, V]. Records; not a barrier.
+   A T above the block size, a rank other than 2 or a dtype other than I32 gives RG_NONE
+   and MISUSE, the message saying what to pass. Token ids outside [0, V) fail at the
+   barrier (RG_ERR_FAILED for the values pending, the message naming the id). Work is
+   recorded under the labels "wte" (embeddings), "h.{i}/attn", "h.{i}/mlp" and "head",
+   all below "<prefix>" without its trailing '.' when there is a prefix, so an error
+   reads e.g. "rg_attention [gpt0/h.3/attn]: ...". */
 RG_API rg_tensor rg_gpt_forward(rg_gpt *gpt, rg_tensor idx);
-/* Mean cross-entropy of rg_gpt_forward(idx) against targets I32 [B, T]: a scalar. The
-   _ignore variant skips targets equal to ignore_index (mean over the rest). */
+/* Mean cross-entropy of rg_gpt_forward(idx) against targets I32 [B, T]: a scalar,
+   recorded under the label "loss". The _ignore variant skips targets equal to
+   ignore_index (mean over the rest; e.g. -1 for padding or prompt positions). */
 RG_API rg_tensor rg_gpt_loss(rg_gpt *gpt, rg_tensor idx, rg_tensor targets);
 RG_API rg_tensor rg_gpt_loss_ignore(rg_gpt *gpt, rg_tensor idx, rg_tensor targets,
                                     int ignore_index);

@@ -319,7 +319,7 @@ static void test_pending(void) {
   CHECK_ST(ctx, rg_sync(ctx), RG_OK);
   CHECK(rg__t(ctx, ref_of(ctx, q))->state == RG_READY, "rg_sync computed q");
   rg_stats_get(ctx, &s);
-  CHECK(s.drains == 3 && s.drain_reason[RG_DRAIN_SYNC] == 1 && s.down.count == 3,
+  CHECK(s.drains == 3 && s.drain_reason[RG_DRAIN_SYNC] == 1 && s.down.count == 4,
         "sync: drains %llu, downloads %llu", (unsigned long long)s.drains,
         (unsigned long long)s.down.count);
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
@@ -399,6 +399,21 @@ static void test_failed_drain(void) {
   CHECK(rg_relu(ctx, later).id == 0 && rg_error(ctx) == RG_ERR_FAILED, "op on a failed value");
   rg_clear_error(ctx);
 
+  /* a refused rg_write must not turn a failed value into a readable one */
+  float junk[2] = {1, 2};
+  CHECK(rg_write(ctx, later, junk, sizeof junk) == RG_ERR_MISUSE, "8-byte write to a scalar");
+  rg_clear_error(ctx);
+  CHECK(rg_write(ctx, later, NULL, 4) == RG_ERR_MISUSE, "NULL write");
+  rg_clear_error(ctx);
+  st = rg_read(ctx, later, junk, 4);
+  CHECK(st == RG_ERR_FAILED, "after refused writes the failed value reads %s, want FAILED",
+        rg_status_str(st));
+  rg_clear_error(ctx);
+  /* a successful write gives it contents */
+  junk[0] = 42;
+  CHECK_ST(ctx, rg_write(ctx, later, junk, 4), RG_OK);
+  CHECK(rg_read(ctx, later, junk, 4) == RG_OK && junk[0] == 42, "written failed value");
+  rg_clear_error(ctx);
   /* values computed before are still readable; the persistent pool is intact */
   CHECK_ST(ctx, rg_read(ctx, early, out, sizeof out), RG_OK);
   CHECK(out[0] == 10 && out[5] == 60, "early value intact: %g %g", out[0], out[5]);
@@ -627,4 +642,572 @@ static void test_recovery(void) {
   rg_ctx *c3 = NULL;
   CHECK(rg_open(&c3, &(rg_options){.device = (rg_device)42}) == RG_ERR_MISUSE && !c3,
         "unknown device is MISUSE");
+}
+
+/* The tape of a failed drain: rg_backward through values that were never computed must not
+   put garbage into persistent gradients. The pass arena is first filled by an identical
+   good step, so the failed values' memory holds stale numbers (the bump is deterministic). */
+static void test_backward_on_failed(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor table = rg_param(ctx, "emb", RG_F32, 2, (int64_t[]){4, 2},
+                             (rg_init){RG_INIT_NORMAL, 1, 0});
+  rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){3, 2}, (rg_init){RG_INIT_NORMAL, 1, 0});
+  float gw[6];
+  for (int pass = 0; pass < 2; pass++) {
+    CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+    int32_t idx[2] = {1, pass == 0 ? 2 : 9};
+    rg_tensor e = rg_embedding(ctx, table, rg_input(ctx, RG_I32, 1, (int64_t[]){2}, idx));
+    rg_tensor loss = rg_sum(ctx, rg_tanh(ctx, rg_linear(ctx, e, W, RG_NONE)), RG_ALL_AXES, 0);
+    float l;
+    if (pass == 0) {
+      CHECK_ST(ctx, rg_item(ctx, loss, &l), RG_OK);
+      continue;
+    }
+    CHECK(rg_item(ctx, loss, &l) != RG_OK, "the bad index fails the drain");
+    rg_clear_error(ctx);
+    rg_status st = rg_backward(ctx, loss);
+    CHECK(st == RG_ERR_FAILED, "rg_backward of a failed loss -> %s, want RG_ERR_FAILED",
+          rg_status_str(st));
+    rg_clear_error(ctx);
+    (void)rg_step_begin(ctx); /* runs whatever rg_backward recorded */
+    rg_clear_error(ctx);
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), gw, sizeof gw), RG_OK);
+    int zero = 1;
+    for (int i = 0; i < 6; i++) zero &= gw[i] == 0;
+    CHECK(zero, "W's gradient took values from uncomputed memory: %g %g %g %g %g %g", gw[0],
+          gw[1], gw[2], gw[3], gw[4], gw[5]);
+  }
+  works_after(ctx, "backward on failed");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_labels(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  rg_tensor a = vec(ctx, 4, v), b = rg_input(ctx, RG_F32, 2, (int64_t[]){2, 3}, v);
+  rg_label_push(ctx, "blockA");
+  CHECK(rg_matmul(ctx, a, b).id == 0, "1-D matmul is refused");
+  CHECK(rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, "blockA") && msg_has(ctx, "rg_matmul"),
+        "label in a shape error: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  rg_label_push(ctx, "inner");
+  CHECK(rg_add(ctx, a, b).id == 0 && msg_has(ctx, "blockA/inner"), "nested labels: %s",
+        rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  rg_label_pop(ctx);
+  rg_label_pop(ctx);
+  rg_label_pop(ctx); /* pop without push is ignored */
+  CHECK(rg_add(ctx, a, b).id == 0 && !msg_has(ctx, "blockA"), "label popped: %s",
+        rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  /* a label recorded with a node names a failure at the barrier */
+  rg_tensor table = rg_param(ctx, "emb", RG_F32, 2, (int64_t[]){3, 2},
+                             (rg_init){RG_INIT_ONES, 0, 0});
+  int32_t idx[3] = {0, 2, -1};
+  rg_label_push(ctx, "tok_embed");
+  rg_tensor e = rg_embedding(ctx, table, rg_input(ctx, RG_I32, 1, (int64_t[]){3}, idx));
+  rg_label_pop(ctx);
+  CHECK(e.id, "embedding recorded");
+  CHECK_ST(ctx, rg_sync(ctx), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "tok_embed") && msg_has(ctx, "rg_embedding") && msg_has(ctx, "-1"),
+        "barrier failure names label, op and value: %s", rg_errmsg(ctx));
+  works_after(ctx, "labels");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- budgets --------------------------------------------------------------------------- */
+
+static void test_budgets(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.pass_budget = 16384, .persistent_budget = 8192});
+  if (!ctx) return;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){256}, (rg_init){RG_INIT_NORMAL, 1, 0});
+  CHECK(w.id, "w fits: %s", rg_errmsg(ctx));
+  float w0[256], w1[256];
+  CHECK_ST(ctx, rg_read(ctx, w, w0, sizeof w0), RG_OK);
+
+  rg_stats s0, s1;
+  float x[1024] = {0};
+  rg_tensor a = rg_input(ctx, RG_F32, 1, (int64_t[]){1024}, x); /* 4 KiB */
+  rg_tensor b = rg_add(ctx, a, a);                               /* 8 KiB in use */
+  rg_tensor c = rg_mul(ctx, b, a);                               /* 12 KiB */
+  CHECK(a.id && b.id && c.id, "within budget: %s", rg_errmsg(ctx));
+  rg_tensor c2 = rg_sub(ctx, c, a);                              /* exactly 16 KiB */
+  CHECK(c2.id, "exactly at the budget is allowed: %s", rg_errmsg(ctx));
+  rg_stats_get(ctx, &s0);
+  rg_tensor d = rg_mul(ctx, c, a); /* one more is over */
+  rg_stats_get(ctx, &s1);
+  CHECK(d.id == 0 && rg_error(ctx) == RG_ERR_OOM, "over the pass budget -> %s",
+        rg_status_str(rg_error(ctx)));
+  CHECK(msg_has(ctx, "pass") && msg_has(ctx, "16384") && msg_has(ctx, "rg_mul"),
+        "budget message: %s", rg_errmsg(ctx));
+  CHECK(s1.pass_bytes == s0.pass_bytes && s1.nodes_recorded == s0.nodes_recorded &&
+            s1.up.count == s0.up.count,
+        "nothing allocated or queued: bytes %zu -> %zu, nodes %llu -> %llu", s0.pass_bytes,
+        s1.pass_bytes, (unsigned long long)s0.nodes_recorded,
+        (unsigned long long)s1.nodes_recorded);
+  rg_clear_error(ctx);
+  /* an input over budget is refused before it is copied or counted */
+  static float big[8192];
+  rg_tensor e = rg_input(ctx, RG_F32, 1, (int64_t[]){8192}, big);
+  rg_stats_get(ctx, &s1);
+  CHECK(e.id == 0 && rg_error(ctx) == RG_ERR_OOM && s1.pass_bytes == s0.pass_bytes &&
+            s1.up.count == s0.up.count && s1.up.bytes == s0.up.bytes,
+        "over-budget input: %s, bytes %zu", rg_status_str(rg_error(ctx)), s1.pass_bytes);
+  rg_clear_error(ctx);
+  /* the values made before are fine, and so is the persistent pool */
+  float out[1024];
+  CHECK_ST(ctx, rg_read(ctx, c, out, sizeof out), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, w, w1, sizeof w1), RG_OK);
+  CHECK(!memcmp(w0, w1, sizeof w0), "persistent tensors intact after OOM");
+
+  /* persistent budget: a parameter that does not fit leaves nothing behind */
+  rg_stats_get(ctx, &s0);
+  rg_tensor big_p = rg_param(ctx, "big", RG_F32, 1, (int64_t[]){4096}, (rg_init){0, 0, 0});
+  rg_stats_get(ctx, &s1);
+  CHECK(big_p.id == 0 && rg_error(ctx) == RG_ERR_OOM, "over the persistent budget -> %s",
+        rg_status_str(rg_error(ctx)));
+  CHECK(msg_has(ctx, "persistent"), "persistent budget message: %s", rg_errmsg(ctx));
+  CHECK(s1.persistent_bytes == s0.persistent_bytes && rg_param_count(ctx) == 1 &&
+            rg_param_find(ctx, "big").id == 0,
+        "refused param left nothing: %zu -> %zu bytes, %d params", s0.persistent_bytes,
+        s1.persistent_bytes, rg_param_count(ctx));
+  rg_clear_error(ctx);
+  rg_tensor small_p = rg_param(ctx, "big", RG_F32, 1, (int64_t[]){16}, (rg_init){RG_INIT_ONES, 0, 0});
+  CHECK(small_p.id, "the name can be used after the refusal: %s", rg_errmsg(ctx));
+  CHECK_ST(ctx, rg_read(ctx, w, w1, sizeof w1), RG_OK);
+  CHECK(!memcmp(w0, w1, sizeof w0), "w intact");
+  /* after rg_step_begin the whole pass budget is available again */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.pass_bytes == 0, "pass pool empty after rg_step_begin: %zu", s1.pass_bytes);
+  rg_tensor f = rg_input(ctx, RG_F32, 1, (int64_t[]){4096}, big); /* 16 KiB: fits now */
+  CHECK(f.id, "full budget after reset: %s", rg_errmsg(ctx));
+  works_after(ctx, "budgets");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- rule 7: crossings; deterministic bump ---------------------------------------------- */
+
+static void test_crossings(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  mlp m;
+  CHECK_ST(ctx, mlp_make(ctx, &m), RG_OK);
+  rg_optim *opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 1e-2f});
+  float loss = 0;
+  CHECK_ST(ctx, mlp_step(ctx, &m, opt, &loss), RG_OK); /* warm-up step */
+  for (int step = 0; step < 2; step++) {
+    CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+    rg_stats_reset(ctx);
+    CHECK_ST(ctx, mlp_step(ctx, &m, opt, &loss), RG_OK);
+    rg_stats s;
+    rg_stats_get(ctx, &s);
+    uint64_t want_up = B * D * 4 + B * 4;
+    CHECK(s.up.count == 2 && s.up.bytes == want_up, "up: %llu crossings, %llu bytes (want 2, %llu)",
+          (unsigned long long)s.up.count, (unsigned long long)s.up.bytes,
+          (unsigned long long)want_up);
+    CHECK(s.up_site[RG_SITE_INPUT].count == 2 && s.up_site[RG_SITE_INPUT].bytes == want_up,
+          "up crossings are all rg_input");
+    CHECK(s.down.count == 1 && s.down.bytes == 4, "down: %llu crossings, %llu bytes (want 1, 4)",
+          (unsigned long long)s.down.count, (unsigned long long)s.down.bytes);
+    CHECK(s.down_site[RG_SITE_READ].count == 1, "the download is the read");
+    CHECK(s.drains == 1 && s.drain_reason[RG_DRAIN_READ] == 1, "one drain per step: %llu",
+          (unsigned long long)s.drains);
+    CHECK(s.nodes_executed == s.nodes_recorded && s.launches == s.nodes_executed,
+          "counted is computed: recorded %llu executed %llu launches %llu",
+          (unsigned long long)s.nodes_recorded, (unsigned long long)s.nodes_executed,
+          (unsigned long long)s.launches);
+    CHECK(isfinite(loss), "loss %g", loss);
+  }
+  /* rg_optim_set_lr is one 4-byte upload at site OPTIM */
+  rg_stats_reset(ctx);
+  CHECK_ST(ctx, rg_optim_set_lr(opt, 5e-3f), RG_OK);
+  rg_stats s;
+  rg_stats_get(ctx, &s);
+  CHECK(s.up.count == 1 && s.up.bytes == 4 && s.up_site[RG_SITE_OPTIM].bytes == 4 &&
+            s.drains == 0,
+        "set_lr: %llu up, %llu bytes, %llu drains", (unsigned long long)s.up.count,
+        (unsigned long long)s.up.bytes, (unsigned long long)s.drains);
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+typedef struct snap { uint32_t n; size_t off[256]; void *data[256]; size_t bytes; } snap;
+
+static void take_snap(rg_ctx *ctx, snap *s) {
+  rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
+  s->n = p->n;
+  s->bytes = p->bytes;
+  for (uint32_t i = 0; i < p->n && i < 256; i++) {
+    s->off[i] = p->t[i].off;
+    s->data[i] = p->t[i].data;
+  }
+}
+
+static void test_bump(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  mlp m;
+  CHECK_ST(ctx, mlp_make(ctx, &m), RG_OK);
+  rg_optim *opt = rg_optim_adamw(ctx, NULL);
+  snap s[3];
+  float loss[3];
+  for (int k = 0; k < 3; k++) {
+    CHECK_ST(ctx, mlp_step(ctx, &m, opt, &loss[k]), RG_OK);
+    take_snap(ctx, &s[k]);
+  }
+  CHECK(s[0].n > 10 && s[0].n <= 256, "pass tensors per step: %u", s[0].n);
+  for (int k = 1; k < 3; k++) {
+    CHECK(s[k].n == s[0].n && s[k].bytes == s[0].bytes, "step %d: %u tensors %zu bytes vs %u %zu",
+          k, s[k].n, s[k].bytes, s[0].n, s[0].bytes);
+    int same_off = 1, same_ptr = 1;
+    for (uint32_t i = 0; i < s[0].n && i < s[k].n && i < 256; i++) {
+      same_off &= s[k].off[i] == s[0].off[i];
+      same_ptr &= s[k].data[i] == s[0].data[i];
+    }
+    CHECK(same_off, "identical steps give identical pass-pool offsets (step %d)", k);
+    CHECK(same_ptr, "identical steps give identical addresses (step %d)", k);
+  }
+  /* and offsets are aligned and strictly increasing in allocation order */
+  for (uint32_t i = 1; i < s[0].n && i < 256; i++)
+    CHECK(s[0].off[i] > s[0].off[i - 1] && s[0].off[i] % RG_ALIGN == 0, "offset %u: %zu", i,
+          s[0].off[i]);
+  CHECK(loss[2] < loss[0], "the steps train: %g -> %g", loss[0], loss[2]);
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- check mode and the growth guard ------------------------------------------------------ */
+
+static void test_check_mode(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.check = 1});
+  if (!ctx) return;
+  rg_tensor table = rg_param(ctx, "emb", RG_F32, 2, (int64_t[]){5, 2},
+                             (rg_init){RG_INIT_CONST, 1.5f, 0});
+  int32_t idx[2] = {1, 9};
+  rg_tensor ti = rg_input(ctx, RG_I32, 1, (int64_t[]){2}, idx);
+  CHECK(rg_error(ctx) == RG_OK, "the input itself is fine: %s", rg_errmsg(ctx));
+  rg_tensor e = rg_embedding(ctx, table, ti);
+  CHECK(e.id == 0, "check mode: the failing op returns RG_NONE");
+  CHECK(rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, "rg_embedding") && msg_has(ctx, "9"),
+        "error right after the call: %s (%s)", rg_status_str(rg_error(ctx)), rg_errmsg(ctx));
+  rg_stats s;
+  rg_stats_get(ctx, &s);
+  CHECK(s.drain_reason[RG_DRAIN_CHECK] >= 2, "each op drained: %llu",
+        (unsigned long long)s.drain_reason[RG_DRAIN_CHECK]);
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  idx[1] = 4;
+  e = rg_embedding(ctx, table, rg_input(ctx, RG_I32, 1, (int64_t[]){2}, idx));
+  CHECK(e.id, "good embedding: %s", rg_errmsg(ctx));
+  CHECK(rg__t(ctx, ref_of(ctx, e))->state == RG_READY, "check mode computes at the call");
+  float out[4];
+  CHECK_ST(ctx, rg_read(ctx, e, out, sizeof out), RG_OK);
+  CHECK(out[0] == 1.5f && out[3] == 1.5f, "embedding values %g %g", out[0], out[3]);
+  works_after(ctx, "check mode");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+static void test_guard(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.max_queued = 4});
+  if (!ctx) return;
+  rg_stats_reset(ctx);
+  float v[2] = {1, -1};
+  rg_tensor x = vec(ctx, 2, v);
+  for (int i = 0; i < 9; i++) x = rg_scale(ctx, x, 2); /* 10 nodes in all */
+  rg_stats s;
+  rg_stats_get(ctx, &s);
+  CHECK(s.nodes_recorded == 10, "10 nodes: %llu", (unsigned long long)s.nodes_recorded);
+  CHECK(s.drain_reason[RG_DRAIN_GUARD] == 2, "the guard drained twice, got %llu",
+        (unsigned long long)s.drain_reason[RG_DRAIN_GUARD]);
+  CHECK(s.queue_peak <= 5, "queue never grew past the guard: %zu", s.queue_peak);
+  float out[2];
+  CHECK_ST(ctx, rg_read(ctx, x, out, sizeof out), RG_OK);
+  CHECK(out[0] == 512 && out[1] == -512, "guard drains compute the same values: %g %g", out[0],
+        out[1]);
+  rg_stats_get(ctx, &s);
+  CHECK(s.nodes_executed == 10, "every node ran once: %llu", (unsigned long long)s.nodes_executed);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- autograd ---------------------------------------------------------------------------- */
+
+static void test_autograd(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){3}, (rg_init){RG_INIT_CONST, 2, 0});
+  float c[3] = {1, -3, 0.5f}, g[3];
+  rg_tensor cx = vec(ctx, 3, c);
+
+  /* non-scalar loss */
+  rg_tensor prod = rg_mul(ctx, w, cx);
+  CHECK(rg_backward(ctx, prod) == RG_ERR_MISUSE && msg_has(ctx, "rg_backward"),
+        "backward on a 3-element tensor: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  /* no gradient path */
+  rg_tensor nograd = rg_sum(ctx, cx, RG_ALL_AXES, 0);
+  CHECK(rg_backward(ctx, nograd) == RG_ERR_MISUSE, "backward without a parameter");
+  rg_clear_error(ctx);
+  CHECK(rg_backward(ctx, RG_NONE) == RG_ERR_MISUSE, "backward on RG_NONE");
+  rg_clear_error(ctx);
+  CHECK(rg_backward(ctx, rg_sum(ctx, rg_detach(ctx, prod), RG_ALL_AXES, 0)) == RG_ERR_MISUSE,
+        "backward through rg_detach");
+  rg_clear_error(ctx);
+  rg_tensor i32 = rg_cast(ctx, rg_sum(ctx, prod, RG_ALL_AXES, 0), RG_I32);
+  CHECK(rg_backward(ctx, i32) == RG_ERR_MISUSE, "backward on an I32 loss");
+  rg_clear_error(ctx);
+  CHECK(rg_grad(ctx, cx).id == 0 && rg_error(ctx) == RG_ERR_MISUSE, "grad of an input");
+  rg_clear_error(ctx);
+
+  /* accumulation: two backward calls double the gradient */
+  rg_tensor loss = rg_sum(ctx, prod, RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), g, sizeof g), RG_OK);
+  CHECK(g[0] == 1 && g[1] == -3 && g[2] == 0.5f, "grad = c: %g %g %g", g[0], g[1], g[2]);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), g, sizeof g), RG_OK);
+  CHECK(g[0] == 2 && g[1] == -6 && g[2] == 1, "two backwards: %g %g %g", g[0], g[1], g[2]);
+  /* and across steps, until zeroed */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  loss = rg_sum(ctx, rg_mul(ctx, w, vec(ctx, 3, c)), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), g, sizeof g), RG_OK);
+  CHECK(g[0] == 3 && g[1] == -9, "three backwards over two steps: %g %g", g[0], g[1]);
+  /* a pass tensor's gradient from the last backward */
+  rg_tensor xin = vec(ctx, 3, c);
+  rg_tensor hid = rg_mul(ctx, w, xin);
+  CHECK_ST(ctx, rg_backward(ctx, rg_sum(ctx, rg_scale(ctx, hid, 2), RG_ALL_AXES, 0)), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, hid), g, sizeof g), RG_OK);
+  CHECK(g[0] == 2 && g[1] == 2 && g[2] == 2, "d/dhid = 2: %g %g %g", g[0], g[1], g[2]);
+  /* zero_grad is recorded, so a reader before it sees the old gradient */
+  rg_tensor gw = rg_grad(ctx, w);
+  rg_tensor before = rg_scale(ctx, gw, 1);
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, gw, g, sizeof g), RG_OK);
+  CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0, "zeroed: %g %g %g", g[0], g[1], g[2]);
+  CHECK_ST(ctx, rg_read(ctx, before, g, sizeof g), RG_OK);
+  CHECK(g[0] == 5 && g[1] == -15, "reader before zero_grad: %g %g", g[0], g[1]);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* rg_linear on a 3-axis input: the backward pass views x as [rows, in]. Gradients of x,
+   of a parameter before it and of the weight, against sums computed here. */
+static void test_linear3d_grad(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 4});
+  if (!ctx) return;
+  enum { R0 = 2, R1 = 3, I = 4, O = 5 };
+  rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){O, I}, (rg_init){RG_INIT_NORMAL, 1, 0});
+  rg_tensor p = rg_param(ctx, "p", RG_F32, 1, (int64_t[]){I}, (rg_init){RG_INIT_UNIFORM, 0.5f, 1.5f});
+  float x[R0 * R1 * I], w[O * I], pv[I];
+  for (int i = 0; i < R0 * R1 * I; i++) x[i] = (float)((i * 7) % 11) / 4.0f - 1.0f;
+  CHECK_ST(ctx, rg_read(ctx, W, w, sizeof w), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, p, pv, sizeof pv), RG_OK);
+  rg_tensor h = rg_mul(ctx, rg_input(ctx, RG_F32, 3, (int64_t[]){R0, R1, I}, x), p);
+  rg_tensor loss = rg_sum(ctx, rg_linear(ctx, h, W, RG_NONE), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  float gh[R0 * R1 * I], gw[O * I], gp[I];
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, h), gh, sizeof gh), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), gw, sizeof gw), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, p), gp, sizeof gp), RG_OK);
+  int bad_h = 0, bad_w = 0, bad_p = 0;
+  for (int i = 0; i < I; i++) {
+    double colsum = 0, xsum = 0, hsum = 0;
+    for (int o = 0; o < O; o++) colsum += w[o * I + i];
+    for (int r = 0; r < R0 * R1; r++) {
+      xsum += x[r * I + i];
+      hsum += (double)x[r * I + i] * pv[i];
+      bad_h += fabs(gh[r * I + i] - colsum) > 1e-5 * (1 + fabs(colsum));
+    }
+    bad_p += fabs(gp[i] - xsum * colsum) > 1e-4 * (1 + fabs(xsum * colsum));
+    for (int o = 0; o < O; o++) bad_w += fabs(gw[o * I + i] - hsum) > 1e-5 * (1 + fabs(hsum));
+  }
+  CHECK(bad_h == 0, "linear on [%d,%d,%d]: %d wrong elements of d/dx", R0, R1, I, bad_h);
+  CHECK(bad_p == 0, "linear on [%d,%d,%d]: %d wrong elements of d/dp", R0, R1, I, bad_p);
+  CHECK(bad_w == 0, "linear on [%d,%d,%d]: %d wrong elements of d/dW", R0, R1, I, bad_w);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- NULL contexts ------------------------------------------------------------------------ */
+
+static rg_tensor null_loss(rg_ctx *ctx, void *user) {
+  (void)user;
+  return rg_sum(ctx, rg_param_at(ctx, 0), RG_ALL_AXES, 0);
+}
+
+static void test_null_ctx(void) {
+  rg_ctx *n = NULL;
+  rg_tensor t = {((uint64_t)1 << 32) | 1};
+  int64_t dims[1] = {2};
+  float buf[2] = {0}, f = 0;
+  rg_stats st;
+  CHECK(rg_open(NULL, NULL) == RG_ERR_MISUSE, "rg_open(NULL)");
+  CHECK(rg_close(NULL) == RG_OK, "rg_close(NULL)");
+  CHECK(rg_error(n) != RG_OK, "rg_error(NULL)");
+  CHECK(rg_errmsg(n) != NULL, "rg_errmsg(NULL)");
+  rg_clear_error(n);
+  CHECK(rg_status_str((rg_status)-99) != NULL && rg_status_str(RG_ERR_FAILED) != NULL, "status_str");
+  CHECK(rg_device_name(n) != NULL, "rg_device_name(NULL)");
+  (void)rg_device_kind(n);
+  CHECK(rg_version() && !strcmp(rg_version(), RG_VERSION_STRING), "version");
+  rg_label_push(n, "x");
+  rg_label_pop(n);
+  CHECK(rg_step_begin(n) != RG_OK && rg_sync(n) != RG_OK, "step/sync");
+  CHECK(rg_reset(n, RG_POOL_PASS) != RG_OK && rg_reset(n, RG_POOL_PERSISTENT) != RG_OK, "reset");
+  CHECK(rg_generation(n, RG_POOL_PASS) == 0, "generation");
+  rg_set_training(n, 0);
+  CHECK(!rg_input(n, RG_F32, 1, dims, buf).id, "input");
+  CHECK(!rg_param(n, "p", RG_F32, 1, dims, (rg_init){0, 0, 0}).id, "param");
+  CHECK(rg_read(n, t, buf, sizeof buf) != RG_OK, "read");
+  CHECK(rg_item(n, t, &f) != RG_OK, "item");
+  CHECK(rg_write(n, t, buf, sizeof buf) != RG_OK, "write");
+  CHECK(rg_ndim(n, t) == 0 && rg_dim(n, t, 0) <= 0 && rg_numel(n, t) == 0, "queries");
+  (void)rg_dtype_of(n, t);
+  CHECK(!rg_is_live(n, t), "is_live");
+  CHECK(rg_param_count(n) == 0 && !rg_param_at(n, 0).id && !rg_name(n, t) &&
+            !rg_param_find(n, "p").id,
+        "param lookups");
+  int perm[1] = {0};
+  rg_tensor r[] = {
+      rg_add(n, t, t), rg_sub(n, t, t), rg_mul(n, t, t), rg_div(n, t, t), rg_scale(n, t, 2),
+      rg_pow(n, t, 2), rg_neg(n, t), rg_exp(n, t), rg_log(n, t), rg_sqrt(n, t), rg_relu(n, t),
+      rg_gelu(n, t), rg_silu(n, t), rg_sigmoid(n, t), rg_tanh(n, t), rg_clamp(n, t, 0, 1),
+      rg_sum(n, t, 0, 0), rg_mean(n, t, 0, 0), rg_max(n, t, 0, 0), rg_argmax(n, t, 0, 0),
+      rg_softmax(n, t), rg_log_softmax(n, t), rg_matmul(n, t, t), rg_linear(n, t, t, t),
+      rg_layernorm(n, t, t, t, 1e-5f), rg_rmsnorm(n, t, t, 1e-5f), rg_embedding(n, t, t),
+      rg_attention(n, t, t, t, 1), rg_cross_entropy(n, t, t), rg_cross_entropy_ignore(n, t, t, -1),
+      rg_mse(n, t, t), rg_reshape(n, t, 1, dims), rg_transpose(n, t, 0, 1),
+      rg_permute(n, t, perm), rg_slice(n, t, 0, 0, 1), rg_concat(n, t, t, 0),
+      rg_dropout(n, t, 0.5f), rg_cast(n, t, RG_BF16), rg_detach(n, t), rg_grad(n, t)};
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+    CHECK(r[i].id == 0, "op %zu with a NULL ctx returned a handle", i);
+  CHECK(rg_backward(n, t) != RG_OK && rg_zero_grad(n) != RG_OK, "autograd");
+  CHECK(rg_optim_adamw(n, NULL) == NULL && rg_optim_sgd(n, NULL) == NULL, "optim ctors");
+  CHECK(rg_optim_step(NULL) != RG_OK && rg_optim_set_lr(NULL, 0.1f) != RG_OK, "optim calls");
+  CHECK(rg_optim_steps(NULL) < 0, "optim steps");
+  CHECK(rg_clip_grad_norm(n, 1) != RG_OK, "clip");
+  rg_optim_free(NULL);
+  CHECK(rg_save(n, "x.safetensors", NULL) != RG_OK && rg_load(n, "x.safetensors", NULL) != RG_OK,
+        "checkpoints");
+  CHECK(rg_meta_set(n, "k", "v") != RG_OK && rg_meta_get(n, "k") == NULL, "meta");
+  rg_stats_get(n, &st);
+  rg_stats_reset(n);
+  rg_gradcheck_result gr;
+  CHECK(rg_gradcheck(n, null_loss, NULL, 1e-3, 0, &gr) != RG_OK, "gradcheck");
+  /* and NULL out-pointers with a real context */
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_stats_get(ctx, NULL);
+  rg_tensor one = rg_sum(ctx, vec(ctx, 2, buf), RG_ALL_AXES, 0);
+  CHECK(rg_item(ctx, one, NULL) == RG_ERR_MISUSE, "rg_item(out NULL)");
+  rg_clear_error(ctx);
+  CHECK(rg_read(ctx, one, NULL, 4) == RG_ERR_MISUSE, "rg_read(dst NULL)");
+  rg_clear_error(ctx);
+  CHECK(!rg_param(ctx, NULL, RG_F32, 1, dims, (rg_init){0, 0, 0}).id &&
+            rg_error(ctx) == RG_ERR_MISUSE,
+        "param without a name");
+  rg_clear_error(ctx);
+  CHECK(!rg_input(ctx, RG_F32, 1, NULL, buf).id && rg_error(ctx) == RG_ERR_MISUSE,
+        "input without dims");
+  rg_clear_error(ctx);
+  rg_label_push(ctx, NULL);
+  rg_label_pop(ctx);
+  works_after(ctx, "NULL args");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* ---- allocation-failure injection --------------------------------------------------------- */
+
+/* Builds the model and optimizer and runs one step; stops at the first error. */
+static rg_status build_and_step(rg_ctx *ctx, rg_optim **opt, float *loss) {
+  mlp m;
+  *opt = NULL;
+  rg_status st = mlp_make(ctx, &m);
+  if (st != RG_OK) return st;
+  *opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 1e-2f});
+  if (!*opt) return rg_error(ctx) != RG_OK ? rg_error(ctx) : RG_ERR_MISUSE;
+  return mlp_step(ctx, &m, *opt, loss);
+}
+
+static void test_alloc_failures(void) {
+  float ref = 0;
+  {
+    rg_ctx *ctx = open_cpu();
+    if (!ctx) return;
+    rg_optim *opt;
+    CHECK_ST(ctx, build_and_step(ctx, &opt, &ref), RG_OK);
+    rg_optim_free(opt);
+    CHECK_ST(ctx, rg_close(ctx), RG_OK);
+  }
+  int injected = 0, done = 0;
+  int fails0 = test_failures_;
+  for (uint64_t n = 1; n <= 5000 && !done && test_failures_ - fails0 < 5; n++) {
+    rg_ctx *ctx = open_cpu();
+    if (!ctx) return;
+    ctx->alloc_fail_at = ctx->alloc_count + n;
+    rg_optim *opt = NULL;
+    float loss = -1;
+    rg_status st = build_and_step(ctx, &opt, &loss);
+    int hit = ctx->alloc_count >= ctx->alloc_fail_at;
+    ctx->alloc_fail_at = 0;
+    if (!hit) {
+      done = 1;
+      CHECK(st == RG_OK && loss == ref, "uninjected run: %s, loss %.9g vs %.9g",
+            rg_status_str(st), loss, ref);
+    } else {
+      injected++;
+      rg_status e = rg_error(ctx);
+      if (st == RG_OK && e == RG_OK) {
+        /* the library absorbed the failure: then the answer must still be right */
+        CHECK(loss == ref, "alloc %llu failed silently and the loss is %.9g, not %.9g",
+              (unsigned long long)n, loss, ref);
+      } else {
+        CHECK(e == RG_ERR_OOM, "alloc %llu: step -> %s, sticky %s (%s)", (unsigned long long)n,
+              rg_status_str(st), rg_status_str(e), rg_errmsg(ctx));
+      }
+      /* recovery in the same context: start over from a clean persistent pool */
+      rg_optim_free(opt);
+      rg_clear_error(ctx);
+      rg_status rs = rg_reset(ctx, RG_POOL_PERSISTENT);
+      rg_clear_error(ctx);
+      rg_status ss = rg_step_begin(ctx);
+      rg_clear_error(ctx);
+      (void)rs;
+      (void)ss;
+      float again = -1;
+      st = build_and_step(ctx, &opt, &again);
+      CHECK(st == RG_OK && again == ref, "alloc %llu: recovery step -> %s, loss %.9g vs %.9g (%s)",
+            (unsigned long long)n, rg_status_str(st), again, ref, rg_errmsg(ctx));
+    }
+    rg_optim_free(opt);
+    rg_status cs = rg_close(ctx);
+    CHECK(cs == RG_OK, "alloc %llu: rg_close -> %s", (unsigned long long)n, rg_status_str(cs));
+  }
+  printf("allocation-failure injection: %d failure points, each recovered\n", injected);
+  CHECK(done, "a step finished without reaching the injected failure");
+  CHECK(injected > 10, "failures were injected at %d points", injected);
+}
+
+int main(void) {
+  test_null_ctx();
+  test_stale_pass();
+  test_stale_persistent();
+  test_forged();
+  test_pending();
+  test_failed_drain();
+  test_backward_on_failed();
+  test_inplace_order();
+  test_write_order();
+  test_recovery();
+  test_labels();
+  test_budgets();
+  test_crossings();
+  test_bump();
+  test_check_mode();
+  test_guard();
+  test_autograd();
+  test_linear3d_grad();
+  test_alloc_failures();
+  return finish();
 }

@@ -16,8 +16,8 @@ static rg_status new_state(rg_ctx *ctx, rg_list *l, int n, bool make) {
   if (!l->ref) return rg__fail(ctx, RG_ERR_OOM, "rg_optim", "out of host memory");
   l->n = n;
   for (int i = 0; make && i < n; i++) {
-    rg_tinfo *p = rg__t(ctx, ctx->prefs[i]);
-    uint32_t r = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, p->ndim, p->dims, "rg_optim");
+    rg_shape s = rg__shape(ctx, ctx->prefs[i]); /* a copy: rg__new may move the table */
+    uint32_t r = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, s.ndim, s.dims, "rg_optim");
     if (!r) return ctx->err;
     rg_status st = ctx->be->zero(ctx, rg__t(ctx, r)->data, rg__t(ctx, r)->nbytes);
     if (st != RG_OK) return rg__fail(ctx, st, "rg_optim", "could not zero optimizer state");

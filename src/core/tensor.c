@@ -357,7 +357,7 @@ const char *rg_name(rg_ctx *ctx, rg_tensor t) {
 /* Checks t for a read or write of exactly `bytes`, draining first. */
 static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size_t bytes,
                                  const char *call, rg_drain_reason why, rg_status *st,
-                                 bool overwrite) {
+                                 bool overwrite, rg_status *drained) {
   uint32_t ref;
   if ((*st = rg__check(ctx, t, call, 1, &ref)) != RG_OK) return NULL;
   rg_tinfo *ti = rg__t(ctx, ref);
@@ -375,6 +375,7 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
   }
   bool pending = ti->state == RG_PENDING;
   rg_status ds = rg__drain(ctx, why);
+  if (drained) *drained = ds;
   ti = rg__t(ctx, ref);
   if (ti->state == RG_FAILED && !overwrite) {
     /* The drain this read ran failed on the way to the value: report that failure itself
@@ -392,11 +393,12 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
 rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes) {
   if (!ctx) return RG_ERR_MISUSE;
   rg_status st;
-  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, "rg_read", RG_DRAIN_READ, &st, false);
+  rg_status ds = RG_OK;
+  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, "rg_read", RG_DRAIN_READ, &st, false, &ds);
   if (!ti) return st;
   if ((st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
   count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], bytes);
-  return RG_OK;
+  return ds == RG_ERR_NONFINITE ? ds : RG_OK; /* everything ran; the barrier still reports */
 }
 
 rg_status rg_item(rg_ctx *ctx, rg_tensor t, float *out) {
@@ -410,11 +412,12 @@ rg_status rg_item(rg_ctx *ctx, rg_tensor t, float *out) {
                     "rg_item reads one F32 element (use rg_read for others)",
                     (long long)ti->numel, rg__dtype_name(ti->dtype));
   if (!out) return rg__fail(ctx, RG_ERR_MISUSE, "rg_item", "out is NULL");
-  ti = transfer_target(ctx, t, out, 4, "rg_item", RG_DRAIN_READ, &st, false);
+  rg_status ds = RG_OK;
+  ti = transfer_target(ctx, t, out, 4, "rg_item", RG_DRAIN_READ, &st, false, &ds);
   if (!ti) return st;
   if ((st = ctx->be->download(ctx, out, ti->data, 4)) != RG_OK) return st;
   count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], 4);
-  return RG_OK;
+  return ds == RG_ERR_NONFINITE ? ds : RG_OK;
 }
 
 rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
@@ -423,7 +426,7 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   rg_status st = rg__check(ctx, t, "rg_write", 1, &ref);
   if (st != RG_OK) return st;
   /* A failed value may be overwritten: a successful write gives it contents. */
-  rg_tinfo *ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st, true);
+  rg_tinfo *ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st, true, NULL);
   if (!ti) return st;
   if ((st = ctx->be->upload(ctx, ti->data, src, bytes)) != RG_OK) return st;
   ti->state = RG_READY;
