@@ -394,7 +394,12 @@ static bool jtensor_read(jr *j, jtensor *t) {
 }
 
 /* The metadata read from a file, kept aside until the load commits. */
-typedef struct jmeta { char **m; int n, cap; uint64_t step; bool has_step; } jmeta;
+typedef struct jmeta {
+  char **m;
+  int n, cap;
+  uint64_t step, seed;
+  bool has_step, has_seed;
+} jmeta;
 
 static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
   if (!lit(j, '{')) return jfail(j, "__metadata__ must be an object");
@@ -403,10 +408,13 @@ static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
     char k[256], v[1024];
     if (!jstr(j, k, sizeof k) || !lit(j, ':') || !jstr(j, v, sizeof v))
       return jfail(j, "__metadata__ holds string keys and string values");
+    char *end;
     if (!strcmp(k, "step")) {
-      char *end;
       md->step = strtoull(v, &end, 10);
       md->has_step = *v && !*end;
+    } else if (!strcmp(k, "seed")) {
+      md->seed = strtoull(v, &end, 10);
+      md->has_seed = *v && !*end;
     } else if (!is_reserved(k) && meta_put(ctx, &md->m, &md->n, &md->cap, k, v) != RG_OK) {
       return jfail(j, "out of host memory");
     }
@@ -562,6 +570,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     ctx->nmeta = md.n;
     ctx->capmeta = md.cap;
     if (md.has_step) ctx->step = md.step;
+    if (md.has_seed) ctx->opt.seed = md.seed;
   } else {
     meta_free(ctx, md.m, md.n);
   }

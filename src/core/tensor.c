@@ -88,6 +88,7 @@ void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims) {
 }
 
 rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref) {
+  *ref = 0;
   if (!t.id) {
     if (ctx->err != RG_OK) return ctx->err; /* an earlier call failed: keep its error */
     return rg__fail(ctx, RG_ERR_MISUSE, call,

@@ -117,6 +117,8 @@ static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_
     vf b0, b1;
     memcpy(&b0, bp + p * NR, sizeof b0);
     memcpy(&b1, bp + p * NR + VW, sizeof b1);
+    /* unrolled so the accumulators live in registers at -O2 too */
+#pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
       float a = ap[p * MR + i];
       acc[i][0] += b0 * a;

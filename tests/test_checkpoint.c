@@ -1,0 +1,252 @@
+/*
+ * test_checkpoint.c - rg_save / rg_load: round trip, resume equality, metadata, and every
+ * kind of bad file giving RG_ERR_IO with the model, optimizer and metadata unchanged.
+ */
+#include "common.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define B 8
+#define D 6
+#define K 3
+
+static char path[256], bad[256];
+static int with_opt = 1; /* load the optimizer's state too (hand-made headers hold none) */
+
+/* A 6-8-3 MLP with AdamW; the batch of step s is a pure function of s. */
+typedef struct model { rg_ctx *ctx; rg_tensor w1, b1, w2; rg_optim *opt; } model;
+
+static model make(uint64_t seed) {
+  model m = {open_cpu_opts((rg_options){.seed = seed}), {0}, {0}, {0}, NULL};
+  if (!m.ctx) return m;
+  rg_init n = {RG_INIT_NORMAL, 0.5f, 0};
+  m.w1 = rg_param(m.ctx, "fc1.weight", RG_F32, 2, (int64_t[]){8, D}, n);
+  m.b1 = rg_param(m.ctx, "fc1.bias", RG_F32, 1, (int64_t[]){8}, (rg_init){0});
+  m.w2 = rg_param(m.ctx, "fc2.weight", RG_F32, 2, (int64_t[]){K, 8}, n);
+  m.opt = rg_optim_adamw(m.ctx, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.01f});
+  return m;
+}
+
+static float step(model *m, int s) {
+  float x[B * D];
+  int32_t y[B];
+  for (int i = 0; i < B * D; i++) x[i] = (float)(((s * 131 + i * 37) % 97) / 48.0 - 1.0);
+  for (int i = 0; i < B; i++) y[i] = (s + i * 5) % K;
+  rg_ctx *c = m->ctx;
+  rg_step_begin(c);
+  rg_tensor xi = rg_input(c, RG_F32, 2, (int64_t[]){B, D}, x);
+  rg_tensor yi = rg_input(c, RG_I32, 1, (int64_t[]){B}, y);
+  rg_tensor h = rg_dropout(c, rg_relu(c, rg_linear(c, xi, m->w1, m->b1)), 0.25f);
+  rg_tensor loss = rg_cross_entropy(c, rg_linear(c, h, m->w2, RG_NONE), yi);
+  rg_backward(c, loss);
+  rg_optim_step(m->opt);
+  rg_zero_grad(c);
+  float l = -1;
+  CHECK_ST(c, rg_item(c, loss, &l), RG_OK);
+  return l;
+}
+
+static void read_all(model *m, float *out) { /* weights, in order: 48 + 8 + 24 */
+  CHECK_ST(m->ctx, rg_read(m->ctx, m->w1, out, 48 * 4), RG_OK);
+  CHECK_ST(m->ctx, rg_read(m->ctx, m->b1, out + 48, 8 * 4), RG_OK);
+  CHECK_ST(m->ctx, rg_read(m->ctx, m->w2, out + 56, 24 * 4), RG_OK);
+}
+
+static void close_model(model *m) {
+  rg_optim_free(m->opt);
+  CHECK_ST(m->ctx, rg_close(m->ctx), RG_OK);
+}
+
+/* 2N steps straight equal N steps, save, a fresh context loads, N more steps. */
+static void test_resume(void) {
+  enum { N = 6 };
+  float straight[2 * N], resumed[2 * N];
+  model a = make(7);
+  if (!a.ctx) return;
+  for (int s = 0; s < 2 * N; s++) straight[s] = step(&a, s);
+  close_model(&a);
+
+  model b = make(7);
+  for (int s = 0; s < N; s++) resumed[s] = step(&b, s);
+  CHECK_ST(b.ctx, rg_meta_set(b.ctx, "config", "6-8-3"), RG_OK);
+  CHECK_ST(b.ctx, rg_save(b.ctx, path, b.opt), RG_OK);
+  close_model(&b);
+
+  model c = make(99); /* another seed: everything must come from the file */
+  CHECK_ST(c.ctx, rg_load(c.ctx, path, c.opt), RG_OK);
+  CHECK(rg_optim_steps(c.opt) == N, "step count restored: %lld", (long long)rg_optim_steps(c.opt));
+  const char *cfg = rg_meta_get(c.ctx, "config");
+  CHECK(cfg && !strcmp(cfg, "6-8-3"), "metadata restored: %s", cfg ? cfg : "(null)");
+  for (int s = N; s < 2 * N; s++) resumed[s] = step(&c, s);
+  for (int s = 0; s < 2 * N; s++)
+    CHECK(straight[s] == resumed[s], "step %d: straight %.9g resumed %.9g", s, straight[s],
+          resumed[s]);
+  close_model(&c);
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+  FILE *f = fopen(p, "wb");
+  CHECK(f != NULL, "cannot write %s", p);
+  if (!f) return;
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+static unsigned char *slurp(const char *p, size_t *n) {
+  FILE *f = fopen(p, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  rewind(f);
+  unsigned char *d = malloc(*n + 1);
+  if (d && fread(d, 1, *n, f) != *n) *n = 0;
+  fclose(f);
+  return d;
+}
+
+/* A file with the given JSON header and `data` bytes of data. */
+static void with_header(const char *json, size_t data) {
+  size_t h = strlen(json);
+  unsigned char *buf = calloc(1, 8 + h + data);
+  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)h >> (8 * i));
+  memcpy(buf + 8, json, h);
+  write_file(bad, buf, 8 + h + data);
+  free(buf);
+}
+
+/* Loading `bad` must fail with RG_ERR_IO, name the problem, and change nothing. */
+static void expect_io(model *m, const char *what, const char *needle) {
+  float before[80], after[80];
+  read_all(m, before);
+  int64_t steps = rg_optim_steps(m->opt);
+  rg_clear_error(m->ctx);
+  rg_status st = rg_load(m->ctx, bad, with_opt ? m->opt : NULL);
+  CHECK(st == RG_ERR_IO, "%s: rg_load -> %s (%s)", what, rg_status_str(st), rg_errmsg(m->ctx));
+  CHECK(!needle || msg_has(m->ctx, needle), "%s: message names the problem: %s", what,
+        rg_errmsg(m->ctx));
+  rg_clear_error(m->ctx);
+  read_all(m, after);
+  CHECK(!memcmp(before, after, sizeof before), "%s: weights unchanged", what);
+  CHECK(rg_optim_steps(m->opt) == steps, "%s: optimizer unchanged", what);
+  const char *cfg = rg_meta_get(m->ctx, "config");
+  CHECK(cfg && !strcmp(cfg, "mine"), "%s: metadata unchanged", what);
+}
+
+static void test_bad_files(void) {
+  model m = make(3);
+  if (!m.ctx) return;
+  step(&m, 0);
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "theirs"), RG_OK);
+  CHECK_ST(m.ctx, rg_save(m.ctx, path, m.opt), RG_OK);
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "mine"), RG_OK);
+  step(&m, 1);
+  size_t n = 0;
+  unsigned char *good = slurp(path, &n);
+  CHECK(good && n > 100, "saved file readable (%zu bytes)", n);
+  if (!good) return;
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; i++) hlen |= (uint64_t)good[i] << (8 * i);
+
+  CHECK(rg_load(m.ctx, "/nonexistent/dir/x.safetensors", m.opt) == RG_ERR_IO, "missing file");
+  rg_clear_error(m.ctx);
+  write_file(bad, good, 5);
+  expect_io(&m, "5-byte file", "shorter");
+  write_file(bad, good, 8 + hlen / 2);
+  expect_io(&m, "truncated header", "header");
+  write_file(bad, good, n - 7);
+  expect_io(&m, "truncated data", NULL);
+  unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
+  write_file(bad, huge, sizeof huge);
+  expect_io(&m, "huge declared header length", "header length");
+  /* Every single-byte corruption of the header is caught or harmless; none crash. */
+  unsigned char *mut = malloc(n);
+  for (uint64_t i = 8; i < 8 + hlen; i += 7) {
+    memcpy(mut, good, n);
+    mut[i] ^= 0x5a;
+    write_file(bad, mut, n);
+    rg_status st = rg_load(m.ctx, bad, m.opt);
+    CHECK(st == RG_OK || st == RG_ERR_IO, "mutated byte %llu: %s", (unsigned long long)i,
+          rg_status_str(st));
+    rg_clear_error(m.ctx);
+  }
+  free(mut);
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "mine"), RG_OK); /* a harmless mutation loaded */
+  with_header("{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[8,6],\"data_offsets\":[0,192]}", 192);
+  expect_io(&m, "bad JSON", "header");
+  with_header("[]", 0);
+  expect_io(&m, "not an object", "object");
+  with_header("{\"__metadata__\":{}}", 0);
+  expect_io(&m, "missing tensors", "missing");
+  const char *w1 = "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[8,6],\"data_offsets\":[0,192]}";
+  const char *b1 = "\"fc1.bias\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[192,224]}";
+  const char *w2 = "\"fc2.weight\":{\"dtype\":\"F32\",\"shape\":[3,8],\"data_offsets\":[224,320]}";
+  char j[1024];
+  snprintf(j, sizeof j, "{%s,%s,%s}", w1, b1, w2);
+  with_header(j, 320);
+  rg_clear_error(m.ctx);
+  CHECK(rg_load(m.ctx, bad, NULL) == RG_OK, "weights-only file loads without an optimizer: %s",
+        rg_errmsg(m.ctx));
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "mine"), RG_OK);
+  expect_io(&m, "optimizer state missing", "optim.");
+  with_opt = 0;
+  snprintf(j, sizeof j, "{%s,%s,%s,%s}", w1, b1, w2, w1);
+  with_header(j, 320);
+  expect_io(&m, "duplicate name", "twice");
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.weight\":{\"dtype\":\"F32\",\"shape\":[3,8],"
+           "\"data_offsets\":[100,196]}}", w1, b1);
+  with_header(j, 320);
+  expect_io(&m, "overlapping tensors", "overlap");
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.weight\":{\"dtype\":\"F32\",\"shape\":[3,8],"
+           "\"data_offsets\":[224,320]}}", w1, b1);
+  with_header(j, 300);
+  expect_io(&m, "offsets past the end", "data_offsets");
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.weight\":{\"dtype\":\"F32\",\"shape\":[4,8],"
+           "\"data_offsets\":[224,352]}}", w1, b1);
+  with_header(j, 352);
+  expect_io(&m, "wrong shape", "different model");
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.weight\":{\"dtype\":\"BF16\",\"shape\":[3,8],"
+           "\"data_offsets\":[224,272]}}", w1, b1);
+  with_header(j, 272);
+  expect_io(&m, "wrong dtype", "BF16");
+  snprintf(j, sizeof j, "{%s,%s,%s,\"extra\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[320,324]}}", w1, b1, w2);
+  with_header(j, 324);
+  expect_io(&m, "unknown tensor", "extra");
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.w\\u00e9ight\":{\"dtype\":\"F32\",\"shape\":[3,8],"
+           "\"data_offsets\":[224,320]}}", w1, b1);
+  with_header(j, 320);
+  expect_io(&m, "non-ASCII escape", NULL);
+  snprintf(j, sizeof j, "{%s,%s,\"fc2.w\xff\xfeight\":{\"dtype\":\"F32\",\"shape\":[3,8],"
+           "\"data_offsets\":[224,320]}}", w1, b1);
+  with_header(j, 320);
+  expect_io(&m, "non-UTF-8 name", NULL);
+  with_opt = 1;
+  free(good);
+
+  /* A failed save leaves the previous file alone. */
+  size_t n0 = 0, n1 = 0;
+  unsigned char *f0 = slurp(path, &n0);
+  CHECK(rg_save(m.ctx, "/nonexistent/dir/x.safetensors", m.opt) == RG_ERR_IO, "save to a bad dir");
+  rg_clear_error(m.ctx);
+  unsigned char *f1 = slurp(path, &n1);
+  CHECK(f0 && f1 && n0 == n1 && !memcmp(f0, f1, n0), "previous file untouched");
+  free(f0);
+  free(f1);
+  CHECK(rg_meta_set(m.ctx, "step", "1") == RG_ERR_MISUSE, "reserved metadata key");
+  rg_clear_error(m.ctx);
+  close_model(&m);
+}
+
+int main(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/rg_ckpt_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
+  snprintf(bad, sizeof bad, "%s/rg_bad_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
+  test_resume();
+  test_bad_files();
+  unlink(path);
+  unlink(bad);
+  int r = finish();
+  printf("test_checkpoint: %s\n", r ? "FAIL" : "ok");
+  return r;
+}
