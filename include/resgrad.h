@@ -109,6 +109,14 @@ RG_API rg_status rg_error(const rg_ctx *ctx);
    It names the call, the label in force, the operand and says what to do. */
 RG_API const char *rg_errmsg(const rg_ctx *ctx);
 RG_API void rg_clear_error(rg_ctx *ctx);
+/* Sets the sticky error (if none is set) to st with a printf-formatted message, prefixed
+   with the label in force, so code built on this API (layers, bindings) reports its own
+   misuse the way the library does. Returns st. */
+RG_API rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Static name of a status, e.g. "RG_ERR_STALE". Never NULL. */
 RG_API const char *rg_status_str(rg_status s);
 /* "cpu" or e.g. "cuda:0 (NVIDIA H200)"; owned by ctx. */

@@ -81,6 +81,18 @@ rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt,
   return st;
 }
 
+rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...) {
+  if (!ctx || st == RG_OK || ctx->err != RG_OK) return st;
+  const char *lab = ctx->lsp > 0 ? rg__label_str(ctx, ctx->lstack[ctx->lsp - 1]) : "";
+  int n = *lab ? snprintf(ctx->errmsg, sizeof ctx->errmsg, "[%s] ", lab) : 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->errmsg + n, sizeof ctx->errmsg - (size_t)n, fmt ? fmt : "", ap);
+  va_end(ap);
+  ctx->err = st;
+  return st;
+}
+
 rg_status rg_error(const rg_ctx *ctx) { return ctx ? ctx->err : RG_ERR_MISUSE; }
 const char *rg_errmsg(const rg_ctx *ctx) {
   return ctx ? ctx->errmsg : "rg_errmsg: ctx is NULL: rg_open failed or was not called";

@@ -15,14 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The public API has no call that raises an error with a caller's message, so misuse
-   found here is reported the one way the API allows: the explanation is pushed as a
-   label (every error message carries the label path in force) and a call that fails
-   because of the misuse is recorded under it. Where the misuse makes a real operation
-   fail (a slice past wpe's rows, an embedding of F32 ids), that operation is the one
-   recorded, so the core's reason is the true one; otherwise rg__nn_misuse records
-   rg_input with host == NULL, documented as MISUSE. The message then reads
-   "<call> [<labels>/<explanation>]: <the core's reason>". */
+/* Misuse found here is reported in one of two ways. Where the misuse makes a real
+   operation fail (a slice past wpe's rows, an embedding of F32 ids), the explanation is
+   pushed as a label and that operation is recorded under it, so the core's reason is the
+   true one and the message reads "<call> [<labels>/<explanation>]: <reason>". Otherwise
+   rg__nn_misuse raises RG_ERR_MISUSE with the explanation itself (rg_raise). */
 static void push_why(rg_ctx *ctx, const char *fmt, va_list ap) {
   char msg[400];
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -38,12 +35,12 @@ void rg__nn_push_why(rg_ctx *ctx, const char *fmt, ...) {
 
 void rg__nn_misuse(rg_ctx *ctx, const char *fmt, ...) {
   if (!ctx || rg_error(ctx) != RG_OK) return; /* sticky: the first error stands */
+  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  push_why(ctx, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  (void)rg_input(ctx, RG_I32, 1, (const int64_t[]){1}, NULL);
-  rg_label_pop(ctx);
+  rg_raise(ctx, RG_ERR_MISUSE, "%s", msg);
 }
 
 rg_status rg__nn_status(rg_ctx *ctx) {

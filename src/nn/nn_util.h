@@ -1,8 +1,7 @@
 /*
  * nn_util.h - helpers shared by the files of src/nn (not installed, not public).
  *
- * src/nn sees the library only through resgrad.h; these helpers exist because that API
- * has no call to raise an error with a layer's own message (see rg__nn_misuse).
+ * src/nn sees the library only through resgrad.h; these helpers phrase its errors.
  */
 #ifndef RG_NN_UTIL_H
 #define RG_NN_UTIL_H
