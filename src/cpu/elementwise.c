@@ -26,7 +26,8 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 rg_status rg_cpu_upload(rg_kargs *k) {
   const rg_node *n = k->node;
-  memcpy((char *)k->out[0].p + n->i[0], n->aux, (size_t)n->i[1]);
+  if (n->i[1] > 0) /* an empty upload may carry no staging pointer */
+    memcpy((char *)k->out[0].p + n->i[0], n->aux, (size_t)n->i[1]);
   return RG_OK;
 }
 

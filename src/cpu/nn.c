@@ -12,6 +12,8 @@
  *    offset by 1e4 keep their precision.
  *  - Index and target checks finish before any output is written: a bad id fails the
  *    kernel with nothing written.
+ *  - Zero-size tensors are legal: an empty last axis (C == 0) means there is nothing to
+ *    compute, and a cross-entropy over no counted rows is 0.
  *  - Attention recomputes its probabilities in the backward pass instead of storing the
  *    T x S matrix: per row only the log-sum-exp and g.o are kept (8 bytes per query).
  */
@@ -73,7 +75,7 @@ static void log_softmax_row(const float *x, float *y, int64_t C) {
 static rg_status softmax_common(rg_kargs *k, bool log_form) {
   const float *x = k->in[0].p;
   float *y = k->out[0].p;
-  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
 #pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     if (log_form)
@@ -106,7 +108,7 @@ static void log_softmax_bwd_row(const float *y, const float *g, float *dx, int64
 static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
   const float *y = k->in[0].p, *g = k->in[1].p;
   float *dx = k->out[0].p;
-  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
 #pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     if (log_form)
@@ -158,7 +160,7 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   const float *beta = centre ? k->in[2].p : NULL;
   float *y = k->out[0].p;
   double eps = k->node->f[0];
-  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
 #pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
   for (int64_t r = 0; r < R; r++) norm_fwd_row(x + r * C, gamma, beta, y + r * C, C, eps, centre);
   return RG_OK;
@@ -207,7 +209,8 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   const float *x = k->in[0].p, *gamma = k->in[1].p, *g = k->in[2].p;
   float *dx = k->out[0].p, *dgamma = k->out[1].p, *dbeta = centre ? k->out[2].p : NULL;
   double eps = k->node->f[0];
-  int64_t C = last_dim(&k->in[0]), R = k->in[0].n / C;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
+  if (C == 0) return RG_OK; /* dx, dgamma and dbeta are all empty */
   int nt = nthreads(k);
   bool par = k->in[0].n > PAR_MIN, params = dgamma || dbeta;
   (void)nt, (void)par; /* read only by OpenMP pragmas */
@@ -359,7 +362,7 @@ rg_status rg_cpu_attention(rg_kargs *k) {
   if (!scratch) return RG_ERR_OOM;
   int64_t rows = a.BH * a.T;
   bool par = rows * a.S * a.D > PAR_MIN;
-  (void)nt, (void)par; /* read only by OpenMP pragmas */
+  (void)par; /* read only by OpenMP pragmas */
 #pragma omp parallel num_threads(nt) if(par)
   {
     float *p = scratch + (int64_t)thread_id() * a.S;
@@ -465,7 +468,7 @@ static ce_view ce_shape(const rg_kargs *k) {
   v.x = k->in[0].p;
   v.tg = k->in[1].p;
   v.C = last_dim(&k->in[0]);
-  v.N = k->in[0].n / v.C;
+  v.N = k->in[1].n; /* one target per row, also when C == 0 */
   v.has_ignore = k->node->i[0] != 0;
   v.ignore = k->node->i[1];
   return v;
@@ -493,7 +496,7 @@ static rg_status ce_check(rg_kargs *k, const ce_view *v, int64_t *count) {
   return RG_OK;
 }
 
-/* -log softmax(x)[t] for one row, in double: logsumexp(x) - x[t]. */
+/* -log softmax(x)[t] for one row: logsumexp(x) - x[t], the exp sum taken in double. */
 static double ce_row(const float *x, int64_t C, int32_t t) {
   float m = row_max(x, C);
   double s = 0;
@@ -560,6 +563,6 @@ rg_status rg_cpu_mse(rg_kargs *k) {
   }
   double total = 0;
   for (int64_t c = 0; c < nchunk; c++) total += part[c];
-  ((float *)k->out[0].p)[0] = n ? (float)(total / (double)n) : 0.f;
+  ((float *)k->out[0].p)[0] = (float)(total / (double)n); /* n == 0: NaN, as mean */
   return RG_OK;
 }

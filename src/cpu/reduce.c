@@ -10,7 +10,10 @@
  *    shapes (never on the thread count), so results are identical for any thread count.
  *  - Max and argmax take the first maximum; a NaN counts as larger than any number (the
  *    first NaN wins), as in PyTorch.
+ *  - Zero-size tensors are legal: a sum over nothing is 0, a mean over nothing is NaN
+ *    (0/0, as in PyTorch), and the maximum of nothing fails instead of reading past x.
  */
+#include <stdio.h>
 #include "cpu.h"
 
 #include <string.h>
@@ -139,6 +142,12 @@ static void max_item(rg_kargs *k, int mode, span3 s, int64_t o, int64_t i0, int6
 static rg_status max_common(rg_kargs *k, int mode) {
   span3 s = split_axis(&k->in[0], k->node->i[0]);
   if (mode == M_BWD) memset(k->out[0].p, 0, (size_t)k->out[0].n * sizeof(float));
+  if (s.outer * s.inner == 0) return RG_OK; /* nothing to write */
+  if (s.len == 0) {
+    snprintf(k->msg, k->msgcap,
+             "the maximum over an empty axis is undefined: reduce over an axis of size > 0");
+    return RG_ERR_MISUSE;
+  }
   int64_t nblk = (s.inner + RB - 1) / RB, work = s.outer * nblk;
 #pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
   for (int64_t w = 0; w < work; w++) {
@@ -242,6 +251,11 @@ static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, 
 rg_status rg_cpu_sum_to(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *out = &k->out[0];
   axset kept, red;
+  if (out->n == 0) return RG_OK;
+  if (x->n == 0) { /* every output sums nothing */
+    memset(out->p, 0, (size_t)out->n * sizeof(float));
+    return RG_OK;
+  }
   split_kept(x, out, &kept, &red);
   bool big = x->n > PAR_MIN;
   if (red.n == 0) { /* nothing to sum: the shapes differ only by size-1 axes */
@@ -262,6 +276,7 @@ rg_status rg_cpu_expand(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *o = &k->out[0];
   const float *px = x->p;
   float *po = o->p;
+  if (o->n == 0) return RG_OK;
   if (o->ndim == 0 || x->n == o->n) {
     memcpy(po, px, (size_t)o->n * sizeof(float));
     return RG_OK;
