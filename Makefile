@@ -8,7 +8,8 @@
 #   make clean      remove build/ and build-asan/
 #
 # Extra CMake options go in CMAKE_FLAGS, e.g. make test CMAKE_FLAGS=-DRG_BLAS=OFF.
-# Arguments for the main job go in ARGS, e.g. make run ARGS="2000".
+# Arguments for the main job go in ARGS, e.g. make run ARGS="--steps 500"; another
+# program of the build can be run instead with MAIN, e.g. make run MAIN=mlp.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -19,8 +20,8 @@ CMAKE_FLAGS ?=
 ARGS       ?=
 JOBS       ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
-# The main job: tools/resgrad-train once it exists, the MLP example until then.
-MAIN := $(if $(wildcard tools/resgrad-train.c),resgrad-train,mlp)
+# The main job: tools/resgrad-train when it exists, else the MLP example.
+MAIN ?= $(if $(wildcard tools/resgrad-train.c),resgrad-train,mlp)
 
 .PHONY: all configure build run test sanitize bench install clean
 
@@ -33,7 +34,7 @@ build: configure
 	$(CMAKE) --build $(BUILD) --parallel $(JOBS)
 
 run: build
-	./$(BUILD)/$(MAIN) $(ARGS)
+	$(abspath $(BUILD))/$(MAIN) $(ARGS)
 
 test: build
 	$(CTEST) --test-dir $(BUILD) --output-on-failure --parallel $(JOBS)

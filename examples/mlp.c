@@ -38,16 +38,16 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2);
 }
 
-/* Point i of n: class i % 2, a random position along that class's arm (1.5 turns),
+/* Point i of n: class i % 2, a random position along that class's arm (2 turns),
    the two arms half a turn apart, plus a little noise. Coordinates lie in about [-1, 1]. */
 static void make_spirals(int n, uint64_t seed, float *x, int32_t *y) {
   uint64_t s = seed;
   for (int i = 0; i < n; i++) {
     int c = i % 2;
     double t = 0.1 + 0.9 * rng_uniform(&s);      /* 0..1 along the arm */
-    double angle = t * 3.0 * 3.141592653589793 + c * 3.141592653589793;
-    x[2 * i + 0] = (float)(t * cos(angle) + 0.02 * rng_normal(&s));
-    x[2 * i + 1] = (float)(t * sin(angle) + 0.02 * rng_normal(&s));
+    double angle = t * 4.0 * 3.141592653589793 + c * 3.141592653589793;
+    x[2 * i + 0] = (float)(t * cos(angle) + 0.03 * rng_normal(&s));
+    x[2 * i + 1] = (float)(t * sin(angle) + 0.03 * rng_normal(&s));
     y[i] = c;
   }
 }

@@ -85,9 +85,10 @@ rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...) {
   if (!ctx || st == RG_OK || ctx->err != RG_OK) return st;
   const char *lab = ctx->lsp > 0 ? rg__label_str(ctx, ctx->lstack[ctx->lsp - 1]) : "";
   int n = *lab ? snprintf(ctx->errmsg, sizeof ctx->errmsg, "[%s] ", lab) : 0;
+  if (!fmt) fmt = "(no message)";
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ctx->errmsg + n, sizeof ctx->errmsg - (size_t)n, fmt ? fmt : "", ap);
+  vsnprintf(ctx->errmsg + n, sizeof ctx->errmsg - (size_t)n, fmt, ap);
   va_end(ap);
   ctx->err = st;
   return st;

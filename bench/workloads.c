@@ -1,0 +1,202 @@
+/*
+ * workloads.c - the reference training workloads of ../shared/bench/torch_ref.py, run by
+ * resgrad: same shapes, same model structure, AdamW (lr 1e-3, weight decay 0.01), one
+ * upload of the batch and one 4-byte read of the loss per step.
+ *
+ * usage:  workloads [--device auto|cpu|cuda] [--steps N] [--warm N] [workload ...]
+ *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
+ * output: one JSON line per workload: ms/step median and min over N timed steps after
+ *         the warm-up, TFLOP/s (torch_ref.py's formula), peak pool memory, host<->device
+ *         bytes per step, kernel launches per step, graph replays, the first loss.
+ */
+#include <resgrad.h>
+#include <resgrad_nn.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct work {
+  const char *name;
+  int gpt;
+  int64_t dims[5], ndims, B;      /* mlp */
+  int64_t V, T, L, C, H;          /* gpt */
+} work;
+
+static const work WORK[] = {
+    {"mlp-small", 0, {784, 256, 256, 10}, 4, 64, 0, 0, 0, 0, 0},
+    {"mlp-wide", 0, {1024, 4096, 4096, 4096, 10}, 5, 2048, 0, 0, 0, 0, 0},
+    {"gpt-char", 1, {0}, 0, 32, 96, 128, 4, 256, 4},
+    {"gpt2-124m", 1, {0}, 0, 8, 50304, 1024, 12, 768, 12},
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct model {
+  const work *w;
+  rg_tensor wt[4], bs[4];
+  rg_gpt *gpt;
+  float *x;
+  int32_t *xi, *y;
+} model;
+
+static int build(rg_ctx *ctx, model *m) {
+  const work *w = m->w;
+  uint64_t r = 12345;
+  if (!w->gpt) {
+    for (int i = 0; i + 1 < w->ndims; i++) {
+      char name[32];
+      float bound = 1.0f / sqrtf((float)w->dims[i]); /* PyTorch's nn.Linear default */
+      rg_init u = {RG_INIT_UNIFORM, -bound, bound};
+      snprintf(name, sizeof name, "ls.%d.weight", i);
+      m->wt[i] = rg_param(ctx, name, RG_F32, 2, (int64_t[]){w->dims[i + 1], w->dims[i]}, u);
+      snprintf(name, sizeof name, "ls.%d.bias", i);
+      m->bs[i] = rg_param(ctx, name, RG_F32, 1, &w->dims[i + 1], u);
+    }
+    int64_t n = w->B * w->dims[0];
+    m->x = malloc(sizeof(float) * (size_t)n);
+    m->y = malloc(sizeof(int32_t) * (size_t)w->B);
+    for (int64_t i = 0; i < n; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      m->x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+    for (int64_t i = 0; i < w->B; i++) m->y[i] = (int32_t)((r >> 33) % (uint64_t)w->dims[w->ndims - 1]), r = r * 6364136223846793005ull + 1;
+    return rg_error(ctx) == RG_OK;
+  }
+  rg_gpt_config cfg = {.vocab = w->V, .block = w->T, .layers = w->L, .width = w->C, .heads = w->H};
+  m->gpt = rg_gpt_new(ctx, &cfg, NULL);
+  int64_t n = w->B * w->T;
+  m->xi = malloc(sizeof(int32_t) * (size_t)n);
+  m->y = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    m->xi[i] = (int32_t)((r >> 33) % (uint64_t)w->V);
+    m->y[i] = (int32_t)((r >> 13) % (uint64_t)w->V);
+  }
+  return m->gpt != NULL;
+}
+
+static rg_tensor loss_of(rg_ctx *ctx, model *m) {
+  const work *w = m->w;
+  if (w->gpt) {
+    rg_tensor x = rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->xi);
+    rg_tensor y = rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->y);
+    return rg_gpt_loss(m->gpt, x, y);
+  }
+  rg_tensor h = rg_input(ctx, RG_F32, 2, (int64_t[]){w->B, w->dims[0]}, m->x);
+  for (int i = 0; i + 1 < w->ndims; i++) {
+    h = rg_linear(ctx, h, m->wt[i], m->bs[i]);
+    if (i + 2 < w->ndims) h = rg_relu(ctx, h);
+  }
+  return rg_cross_entropy(ctx, h, rg_input(ctx, RG_I32, 1, &w->B, m->y));
+}
+
+static double flops_of(rg_ctx *ctx, const work *w) {
+  if (!w->gpt) {
+    double f = 0;
+    for (int i = 0; i + 1 < w->ndims; i++) f += (double)w->dims[i] * (double)w->dims[i + 1];
+    return 6.0 * (double)w->B * f;
+  }
+  double n = 0;
+  for (int i = 0; i < rg_param_count(ctx); i++) n += (double)rg_numel(ctx, rg_param_at(ctx, i));
+  return 6.0 * n * (double)(w->B * w->T) +
+         12.0 * (double)(w->L * w->C) * (double)(w->T * w->T) * (double)w->B / 2;
+}
+
+static int run(const work *w, rg_device dev, int steps, int warm) {
+  rg_ctx *ctx = NULL;
+  rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1});
+  if (st != RG_OK) {
+    fprintf(stderr, "workloads: rg_open: %s\n", rg_status_str(st));
+    return 1;
+  }
+  model m = {.w = w};
+  rg_optim *opt = NULL;
+  double *ts = calloc((size_t)steps, sizeof *ts);
+  float loss0 = NAN, l = 0;
+  rg_stats s0, s1;
+  if (!build(ctx, &m) || !(opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 1e-3f, .weight_decay = 0.01f})))
+    goto fail;
+  for (int i = 0; i < warm + steps; i++) {
+    if (i == warm) rg_stats_get(ctx, &s0);
+    double t = now_s();
+    rg_step_begin(ctx);
+    rg_tensor loss = loss_of(ctx, &m);
+    rg_backward(ctx, loss);
+    rg_optim_step(opt);
+    rg_zero_grad(ctx);
+    if (rg_item(ctx, loss, &l) != RG_OK) goto fail;
+    if (i == 0) loss0 = l;
+    if (i >= warm) ts[i - warm] = now_s() - t;
+  }
+  rg_stats_get(ctx, &s1);
+  qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
+  double med = ts[steps / 2];
+  printf("{\"work\":\"%s\",\"mode\":\"f32\",\"dev\":\"%s\",\"ms_median\":%.4f,\"ms_min\":%.4f,"
+         "\"tflops\":%.3f,\"peak_mib\":%.1f,\"up_bytes_per_step\":%.0f,"
+         "\"down_bytes_per_step\":%.0f,\"launches_per_step\":%.1f,\"graph_replays\":%llu,"
+         "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f}\n",
+         w->name, rg_device_name(ctx), med * 1e3, ts[0] * 1e3, flops_of(ctx, w) / med / 1e12,
+         (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
+         (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
+         (double)(s1.launches - s0.launches) / steps,
+         (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l);
+  fflush(stdout);
+  rg_optim_free(opt);
+  rg_gpt_free(m.gpt);
+  free(m.x), free(m.xi), free(m.y), free(ts);
+  return rg_close(ctx) != RG_OK;
+fail:
+  fprintf(stderr, "workloads: %s: %s\n", w->name, rg_errmsg(ctx));
+  rg_optim_free(opt);
+  rg_gpt_free(m.gpt);
+  free(m.x), free(m.xi), free(m.y), free(ts);
+  rg_close(ctx);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  rg_device dev = RG_DEVICE_AUTO;
+  int steps = 20, warm = 3, nnames = 0, rc = 0;
+  const char *names[8];
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+      const char *d = argv[++i];
+      dev = !strcmp(d, "cpu") ? RG_DEVICE_CPU : !strcmp(d, "cuda") ? RG_DEVICE_CUDA : RG_DEVICE_AUTO;
+    } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
+      warm = atoi(argv[++i]);
+    } else if (argv[i][0] != '-' && nnames < 8) {
+      names[nnames++] = argv[i];
+    } else {
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--steps N] [--warm N] "
+              "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
+      return 2;
+    }
+  }
+  if (steps < 1) steps = 1;
+  if (!nnames) names[nnames++] = "mlp-small", names[nnames++] = "gpt-char";
+  for (int i = 0; i < nnames; i++) {
+    const work *w = NULL;
+    for (size_t j = 0; j < sizeof WORK / sizeof *WORK; j++)
+      if (!strcmp(WORK[j].name, names[i])) w = &WORK[j];
+    if (!w) {
+      fprintf(stderr, "workloads: unknown workload \"%s\"\n", names[i]);
+      return 2;
+    }
+    rc |= run(w, dev, steps, warm);
+  }
+  return rc;
+}
