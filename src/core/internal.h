@@ -98,6 +98,7 @@ typedef struct rg_kargs {
   char *msg;         /* a failing kernel writes why here (no op name: the core adds it) */
   size_t msgcap;
   rg_status soft;    /* a kernel may set RG_ERR_NONFINITE here without failing the drain */
+  void *be;          /* the backend's launch state (CUDA: its stream, error word...) */
 } rg_kargs;
 
 typedef struct rg_backend {

@@ -3,8 +3,8 @@
  *
  * The core always refers to rg_cuda_backend and rg_cuda_available (DESIGN.md section 2:
  * "a build without CUDA links a stub that answers RG_ERR_UNSUPPORTED, so core code carries
- * no #ifdef CUDA"). This file is that stub, and for now it is linked into every build,
- * because the real backend (the .cu files of src/cuda) is not written yet.
+ * no #ifdef CUDA"). This file is that stub, linked instead of the .cu files of src/cuda
+ * when the build has no CUDA toolkit or was configured with RG_CUDA=OFF.
  *
  * Invariants: rg_cuda_available() is 0, so RG_DEVICE_AUTO always picks the CPU; asking
  * for RG_DEVICE_CUDA fails in open with RG_ERR_UNSUPPORTED and a message saying what to
@@ -21,7 +21,6 @@ static const char *stub_reason(void) {
   switch (RG_CUDA_STUB_WHY) {
   case 1: return "it was configured with RG_CUDA=OFF";
   case 2: return "no CUDA toolkit was found when it was configured";
-  case 3: return "the CUDA backend is not implemented yet (the toolkit was found)";
   default: return "it was built without src/cuda";
   }
 }

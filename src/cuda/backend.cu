@@ -1,0 +1,261 @@
+/*
+ * backend.cu - the CUDA backend: device arenas (chunks from cudaMalloc), pinned staging,
+ * one stream per context, and a drain that launches each node's kernels in order.
+ *
+ * Invariants:
+ *  - Every CUDA call goes through RG_CUDA_CHECK, which records the call, file:line and
+ *    cudaGetErrorString into the context (RG_ERR_DEVICE, or RG_ERR_OOM for allocations).
+ *  - A drain ends with one stream synchronisation, after which the error word (mapped
+ *    pinned memory) says whether a kernel found a caller's fault; it is cleared after.
+ *  - Launchers never synchronise or allocate; uploads come from pinned staging, so they
+ *    are asynchronous and the caller's buffer was already copied by the core.
+ */
+#include "cuda.h"
+
+#include <cublasLt.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct rg_cuda_state {
+  int dev;
+  rg_cuda_launch L;
+  rg_cuda_err *err_host;
+} rg_cuda_state;
+
+static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
+                            int line) {
+  if (e == cudaSuccess) return RG_OK;
+  (void)cudaGetLastError(); /* clear a non-sticky error so the context keeps working */
+  const char *lab = ctx->lsp ? rg__label_str(ctx, ctx->lstack[ctx->lsp - 1]) : "";
+  return rg__fail(ctx, e == cudaErrorMemoryAllocation ? RG_ERR_OOM : RG_ERR_DEVICE, "cuda",
+                  "%s failed at %s:%d%s%s: %s", call, file, line, *lab ? " under " : "", lab,
+                  cudaGetErrorString(e));
+}
+#define RG_CUDA_CHECK(ctx, call) cuda_check((ctx), (call), #call, __FILE__, __LINE__)
+
+static rg_cuda_state *state(rg_ctx *ctx) { return (rg_cuda_state *)ctx->be_state; }
+
+extern "C" int rg_cuda_available(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n > 0;
+}
+
+static void cuda_close(rg_ctx *ctx);
+
+static rg_status cuda_open(rg_ctx *ctx) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    return rg__fail(ctx, RG_ERR_UNSUPPORTED, "rg_open", "RG_DEVICE_CUDA was asked for but no "
+                    "CUDA GPU is usable here; use RG_DEVICE_AUTO (falls back to the CPU) or "
+                    "RG_DEVICE_CPU");
+  }
+  if (ctx->opt.device_index < 0 || ctx->opt.device_index >= n)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "device_index %d is outside [0, %d)",
+                    ctx->opt.device_index, n);
+  rg_cuda_state *s = (rg_cuda_state *)rg__calloc(ctx, 1, sizeof *s);
+  if (!s) return rg__fail(ctx, RG_ERR_OOM, "rg_open", "out of host memory");
+  ctx->be_state = s;
+  s->dev = ctx->opt.device_index;
+  rg_cuda_launch *L = &s->L;
+  cudaDeviceProp p;
+  rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
+  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, s->dev));
+  if (st == RG_OK) {
+    L->sms = p.multiProcessorCount;
+    snprintf(ctx->devname, sizeof ctx->devname, "cuda:%d (%.80s)", s->dev, p.name);
+    st = RG_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&L->stream, cudaStreamNonBlocking));
+  }
+  if (st == RG_OK) {
+    cublasStatus_t b = cublasLtCreate((cublasLtHandle_t *)&L->lt);
+    if (b != CUBLAS_STATUS_SUCCESS)
+      st = rg__fail(ctx, RG_ERR_DEVICE, "rg_open", "cublasLtCreate failed (status %d)", (int)b);
+  }
+  /* cuBLASLt's workspace and the launchers' scratch are fixed: a drain never allocates. */
+  L->lt_ws_bytes = (size_t)32 << 20;
+  L->scratch_bytes = (size_t)64 << 20;
+  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->lt_ws, L->lt_ws_bytes));
+  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->scratch, L->scratch_bytes));
+  if (st == RG_OK)
+    st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err),
+                                          cudaHostAllocMapped));
+  if (st == RG_OK) {
+    memset(s->err_host, 0, sizeof *s->err_host);
+    st = RG_CUDA_CHECK(ctx, cudaHostGetDevicePointer((void **)&L->err, s->err_host, 0));
+  }
+  if (st != RG_OK) {
+    cuda_close(ctx);
+    ctx->be_state = NULL;
+  }
+  return st;
+}
+
+static void cuda_close(rg_ctx *ctx) {
+  rg_cuda_state *s = state(ctx);
+  if (!s) return;
+  rg_cuda_launch *L = &s->L;
+  if (L->stream) cudaStreamSynchronize(L->stream);
+  if (L->lt) cublasLtDestroy((cublasLtHandle_t)L->lt);
+  cudaFree(L->lt_ws);
+  cudaFree(L->scratch);
+  if (s->err_host) cudaFreeHost(s->err_host);
+  if (L->stream) cudaStreamDestroy(L->stream);
+  (void)cudaGetLastError();
+  rg__free(ctx, s);
+  ctx->be_state = NULL;
+}
+
+static void *cuda_alloc(rg_ctx *ctx, size_t bytes) {
+  void *p = NULL;
+  if (!rg__alloc_tick(ctx)) return NULL;
+  if (cudaMalloc(&p, bytes ? bytes : RG_ALIGN) != cudaSuccess) {
+    (void)cudaGetLastError(); /* a device OOM is reported by the caller as RG_ERR_OOM */
+    return NULL;
+  }
+  return p;
+}
+static void cuda_free(rg_ctx *ctx, void *p) {
+  (void)ctx;
+  cudaFree(p);
+}
+static void *cuda_host_alloc(rg_ctx *ctx, size_t bytes) {
+  void *p = NULL;
+  if (!rg__alloc_tick(ctx)) return NULL;
+  if (cudaHostAlloc(&p, bytes ? bytes : RG_ALIGN, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+static void cuda_host_free(rg_ctx *ctx, void *p) {
+  (void)ctx;
+  cudaFreeHost(p);
+}
+
+/* Eager copies (parameter init, rg_write, reads): ordered on the stream, then waited for,
+   because the host buffer may be pageable and is reused as soon as the call returns. */
+static rg_status cuda_copy(rg_ctx *ctx, void *dst, const void *src, size_t bytes,
+                           cudaMemcpyKind kind) {
+  if (!bytes) return RG_OK;
+  cudaStream_t s = state(ctx)->L.stream;
+  rg_status st = RG_CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, kind, s));
+  return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaStreamSynchronize(s)) : st;
+}
+static rg_status cuda_upload(rg_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  return cuda_copy(ctx, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+static rg_status cuda_download(rg_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  return cuda_copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+static rg_status cuda_zero(rg_ctx *ctx, void *dst, size_t bytes) {
+  if (!bytes) return RG_OK;
+  return RG_CUDA_CHECK(ctx, cudaMemsetAsync(dst, 0, bytes, state(ctx)->L.stream));
+}
+static rg_status cuda_sync(rg_ctx *ctx) {
+  return RG_CUDA_CHECK(ctx, cudaStreamSynchronize(state(ctx)->L.stream));
+}
+
+typedef rg_status (*rg_cuda_fn)(rg_kargs *k);
+static const rg_cuda_fn launchers[] = {
+#define RG_CUDA_ROW(E, n, s, ni, no) rg_cuda_##n,
+    RG_OPS(RG_CUDA_ROW)
+#undef RG_CUDA_ROW
+};
+static_assert(sizeof launchers / sizeof launchers[0] == RG_OP_COUNT,
+              "every op has a CUDA launcher");
+
+/* Turns the error word into the failing node and its message, and clears it. */
+static rg_status take_fault(rg_cuda_state *s, size_t *failed, char *msg, size_t cap) {
+  rg_cuda_err e;
+  memcpy(&e, (const void *)s->err_host, sizeof e); /* the stream was synchronised */
+  if (!e.code) return RG_OK;
+  memset(s->err_host, 0, sizeof *s->err_host);
+  *failed = (size_t)e.node;
+  if (e.code == RG_CUDA_E_INDEX)
+    snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
+             "smaller than the table's rows", e.value, e.pos, e.limit);
+  else
+    snprintf(msg, cap, "target %lld at row %lld is outside [0, %lld): targets must be class "
+             "indices (or the ignore_index)", e.value, e.pos, e.limit);
+  return RG_ERR_MISUSE;
+}
+
+/* A CLIP node reports a non-finite norm through its state; read after the drain. */
+static rg_status clip_soft(rg_ctx *ctx, size_t first, size_t last, size_t *at, char *msg,
+                           size_t cap) {
+  for (size_t i = first; i < last; i++) {
+    const rg_node *n = &ctx->nodes[i];
+    if (n->op != RG_OP_CLIP) continue;
+    float st[2] = {0, 0};
+    if (cudaMemcpy(st, rg__t(ctx, n->in[0])->data, sizeof st, cudaMemcpyDeviceToHost) !=
+        cudaSuccess)
+      return RG_CUDA_CHECK(ctx, cudaGetLastError());
+    if (st[1] != 0) {
+      *at = i;
+      snprintf(msg, cap, "the gradient norm is not finite (%g); the optimizer step that "
+               "follows is skipped and weights and moments are unchanged — lower the "
+               "learning rate or look for a NaN in the loss", st[0]);
+      return RG_ERR_NONFINITE;
+    }
+  }
+  return RG_OK;
+}
+
+static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
+                              rg_status *soft, char *msg, size_t msgcap) {
+  rg_cuda_state *s = state(ctx);
+  rg_kargs k;
+  for (size_t i = first; i < last; i++) {
+    const rg_node *n = &ctx->nodes[i];
+    memset(&k, 0, sizeof k);
+    k.ctx = ctx;
+    k.node = n;
+    k.threads = 1;
+    k.msg = msg;
+    k.msgcap = msgcap;
+    k.be = &s->L;
+    s->L.node = (int)i;
+    for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
+    for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
+    rg_status st = launchers[n->op](&k);
+    ctx->st.launches++;
+    if (st != RG_OK) {
+      (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
+      (void)cudaGetLastError();
+      *failed = i;
+      return st;
+    }
+  }
+  cudaError_t e = cudaStreamSynchronize(s->L.stream);
+  if (e != cudaSuccess) {
+    *failed = first;
+    snprintf(msg, msgcap, "the device failed while running this drain: %s",
+             cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return RG_ERR_DEVICE;
+  }
+  rg_status st = take_fault(s, failed, msg, msgcap);
+  if (st != RG_OK) return st;
+  *soft = clip_soft(ctx, first, last, failed, msg, msgcap);
+  return RG_OK;
+}
+
+extern "C" const rg_backend rg_cuda_backend = {
+    "cuda",
+    (size_t)64 << 20,
+    cuda_open,
+    cuda_close,
+    cuda_alloc,
+    cuda_free,
+    cuda_host_alloc,
+    cuda_host_free,
+    cuda_upload,
+    cuda_download,
+    cuda_zero,
+    cuda_execute,
+    cuda_sync,
+};

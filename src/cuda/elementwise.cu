@@ -1,0 +1,258 @@
+/*
+ * elementwise.cu - CUDA kernels that map elements one to one: upload, fill, broadcasting
+ * binary ops, scale/pow/clamp, the activations and their elementwise backward ops; and
+ * the helpers every CUDA file shares (shape strides, launch checks).
+ *
+ * Invariants: the formulas are those of src/cpu/elementwise.c, operation for operation,
+ * so CPU and CUDA agree to float rounding; each output element is written by one thread;
+ * grid-stride loops, so any size runs with a bounded grid.
+ */
+#include "cuda.h"
+
+#include <stdio.h>
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+#define THREADS 256
+
+/* ---- shared helpers ------------------------------------------------------------------ */
+
+rg_status rg_cuda_check_launch(rg_kargs *k, const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return RG_OK;
+  snprintf(k->msg, k->msgcap, "launching %s failed: %s", what, cudaGetErrorString(e));
+  return RG_ERR_DEVICE;
+}
+
+rg_status rg_cuda_unsupported(rg_kargs *k, const char *what) {
+  snprintf(k->msg, k->msgcap, "%s is not implemented by the CUDA backend yet; run this model "
+           "with RG_DEVICE_CPU", what);
+  return RG_ERR_UNSUPPORTED;
+}
+
+rg_cuda_shape rg_cuda_shape_of(const rg_tv *t) {
+  rg_cuda_shape s;
+  s.ndim = t->ndim;
+  int64_t st = 1;
+  for (int i = RG_MAX_DIMS - 1; i >= 0; i--) {
+    s.dims[i] = i < t->ndim ? t->dims[i] : 1;
+    s.strides[i] = i < t->ndim ? st : 0;
+    if (i < t->ndim) st *= t->dims[i];
+  }
+  return s;
+}
+
+rg_cuda_shape rg_cuda_broadcast(const rg_tv *in, const rg_tv *out) {
+  rg_cuda_shape s;
+  s.ndim = out->ndim;
+  int64_t st = 1;
+  for (int i = RG_MAX_DIMS - 1; i >= 0; i--) s.dims[i] = 1, s.strides[i] = 0;
+  for (int i = out->ndim - 1, j = in->ndim - 1; i >= 0; i--, j--) {
+    int64_t d = j >= 0 ? in->dims[j] : 1;
+    s.dims[i] = out->dims[i];
+    s.strides[i] = d == 1 ? 0 : st;
+    st *= d;
+  }
+  return s;
+}
+
+/* ---- upload and fill ------------------------------------------------------------------ */
+
+rg_status rg_cuda_upload(rg_kargs *k) {
+  const rg_node *n = k->node;
+  if (n->i[1] <= 0) return RG_OK;
+  cudaMemcpyAsync((char *)k->out[0].p + n->i[0], n->aux, (size_t)n->i[1],
+                  cudaMemcpyHostToDevice, rg_cuda_ctx(k)->stream);
+  return rg_cuda_check_launch(k, "the upload from pinned staging");
+}
+
+template <typename T> __global__ void fill_kernel(T *p, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = v;
+}
+
+rg_status rg_cuda_fill(rg_kargs *k) {
+  const rg_tv *o = &k->out[0];
+  float v = k->node->f[0];
+  cudaStream_t s = rg_cuda_ctx(k)->stream;
+  unsigned b = rg_cuda_blocks(o->n, THREADS);
+  if (o->dtype == RG_BF16) {
+    uint16_t h = rg_f32_to_bf16(v);
+    fill_kernel<uint16_t><<<b, THREADS, 0, s>>>((uint16_t *)o->p, o->n, h);
+  } else if (o->dtype == RG_I32) {
+    int32_t iv = (v != v) ? 0 : (int32_t)fmax(fmin((double)v, 2147483647.0), -2147483648.0);
+    fill_kernel<int32_t><<<b, THREADS, 0, s>>>((int32_t *)o->p, o->n, iv);
+  } else {
+    fill_kernel<float><<<b, THREADS, 0, s>>>((float *)o->p, o->n, v);
+  }
+  return rg_cuda_check_launch(k, "fill");
+}
+
+/* ---- binary ops with broadcasting ----------------------------------------------------- */
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV };
+
+template <int OP> __device__ __forceinline__ float bin(float a, float b) {
+  return OP == B_ADD ? a + b : OP == B_SUB ? a - b : OP == B_MUL ? a * b : a / b;
+}
+
+template <int OP>
+__global__ void bin_same(const float *a, const float *b, float *o, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    o[i] = bin<OP>(a[i], b[i]);
+}
+
+/* General broadcast: decompose the output index over 4 axes, map through each operand's
+   strides (0 on stretched axes). */
+template <int OP>
+__global__ void bin_bcast(const float *a, const float *b, float *o, int64_t n,
+                          rg_cuda_shape out, rg_cuda_shape sa, rg_cuda_shape sb) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i, ia = 0, ib = 0;
+    for (int d = RG_MAX_DIMS - 1; d >= 0; d--) {
+      int64_t c = r % out.dims[d];
+      r /= out.dims[d];
+      ia += c * sa.strides[d];
+      ib += c * sb.strides[d];
+    }
+    o[i] = bin<OP>(a[ia], b[ib]);
+  }
+}
+
+/* in's strides against out, both right-aligned into RG_MAX_DIMS axes (leading axes of
+   size 1), so one index decomposition serves every rank. */
+static rg_cuda_shape right4(const rg_tv *in, const rg_tv *out) {
+  rg_cuda_shape s = rg_cuda_broadcast(in, out), r;
+  int shift = RG_MAX_DIMS - out->ndim;
+  r.ndim = RG_MAX_DIMS;
+  for (int d = 0; d < RG_MAX_DIMS; d++) {
+    r.dims[d] = d >= shift ? s.dims[d - shift] : 1;
+    r.strides[d] = d >= shift ? s.strides[d - shift] : 0;
+  }
+  return r;
+}
+
+template <int OP> static rg_status binary(rg_kargs *k) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
+  cudaStream_t s = rg_cuda_ctx(k)->stream;
+  unsigned g = rg_cuda_blocks(o->n, THREADS);
+  if (o->n == 0) return RG_OK;
+  if (a->n == o->n && b->n == o->n) {
+    bin_same<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p, (float *)o->p,
+                                       o->n);
+  } else {
+    rg_cuda_shape out4 = right4(o, o), a4 = right4(a, o), b4 = right4(b, o);
+    bin_bcast<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p,
+                                        (float *)o->p, o->n, out4, a4, b4);
+  }
+  return rg_cuda_check_launch(k, "a binary elementwise kernel");
+}
+
+rg_status rg_cuda_add(rg_kargs *k) { return binary<B_ADD>(k); }
+rg_status rg_cuda_sub(rg_kargs *k) { return binary<B_SUB>(k); }
+rg_status rg_cuda_mul(rg_kargs *k) { return binary<B_MUL>(k); }
+rg_status rg_cuda_div(rg_kargs *k) { return binary<B_DIV>(k); }
+
+/* ---- unary ------------------------------------------------------------------------------ */
+
+enum { U_SCALE, U_POW, U_CLAMP, U_NEG, U_EXP, U_LOG, U_SQRT, U_RELU, U_GELU, U_SILU,
+       U_SIGMOID, U_TANH };
+
+__device__ __forceinline__ float sigmoid_d(float x) {
+  if (x >= 0.f) return 1.f / (1.f + expf(-x));
+  float e = expf(x);
+  return e / (1.f + e);
+}
+
+template <int OP> __device__ __forceinline__ float un(float x, float p0, float p1) {
+  switch (OP) {
+  case U_SCALE: return x * p0;
+  case U_POW: return p0 == 2.f ? x * x : p0 == 1.f ? x : powf(x, p0);
+  case U_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x);
+  case U_NEG: return -x;
+  case U_EXP: return expf(x);
+  case U_LOG: return logf(x);
+  case U_SQRT: return sqrtf(x);
+  case U_RELU: return x < 0.f ? 0.f : x;
+  case U_GELU: return 0.5f * x * (1.f + tanhf(GELU_C * (x + GELU_A * x * x * x)));
+  case U_SILU: return x * sigmoid_d(x);
+  case U_SIGMOID: return sigmoid_d(x);
+  default: return tanhf(x);
+  }
+}
+
+template <int OP>
+__global__ void unary_kernel(const float *x, float *y, int64_t n, float p0, float p1) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = un<OP>(x[i], p0, p1);
+}
+
+template <int OP> static rg_status unary(rg_kargs *k) {
+  int64_t n = k->out[0].n;
+  if (n == 0) return RG_OK;
+  unary_kernel<OP><<<rg_cuda_blocks(n, THREADS), THREADS, 0, rg_cuda_ctx(k)->stream>>>(
+      (const float *)k->in[0].p, (float *)k->out[0].p, n, k->node->f[0], k->node->f[1]);
+  return rg_cuda_check_launch(k, "a unary elementwise kernel");
+}
+
+rg_status rg_cuda_scale(rg_kargs *k) { return unary<U_SCALE>(k); }
+rg_status rg_cuda_pow(rg_kargs *k) { return unary<U_POW>(k); }
+rg_status rg_cuda_clamp(rg_kargs *k) { return unary<U_CLAMP>(k); }
+rg_status rg_cuda_neg(rg_kargs *k) { return unary<U_NEG>(k); }
+rg_status rg_cuda_exp(rg_kargs *k) { return unary<U_EXP>(k); }
+rg_status rg_cuda_log(rg_kargs *k) { return unary<U_LOG>(k); }
+rg_status rg_cuda_sqrt(rg_kargs *k) { return unary<U_SQRT>(k); }
+rg_status rg_cuda_relu(rg_kargs *k) { return unary<U_RELU>(k); }
+rg_status rg_cuda_gelu(rg_kargs *k) { return unary<U_GELU>(k); }
+rg_status rg_cuda_silu(rg_kargs *k) { return unary<U_SILU>(k); }
+rg_status rg_cuda_sigmoid(rg_kargs *k) { return unary<U_SIGMOID>(k); }
+rg_status rg_cuda_tanh(rg_kargs *k) { return unary<U_TANH>(k); }
+
+/* ---- elementwise backward: (x or y, g) -> dx ------------------------------------------- */
+
+enum { D_RELU, D_GELU, D_SILU, D_SIGMOID, D_TANH, D_CLAMP };
+
+template <int OP> __device__ __forceinline__ float dg(float u, float g, float lo, float hi) {
+  switch (OP) {
+  case D_RELU: return u > 0.f ? g : 0.f;
+  case D_GELU: {
+    float x2 = u * u, t = tanhf(GELU_C * (u + GELU_A * x2 * u));
+    return g * (0.5f * (1.f + t) + 0.5f * u * (1.f - t * t) * GELU_C * (1.f + 3.f * GELU_A * x2));
+  }
+  case D_SILU: {
+    float s = sigmoid_d(u);
+    return g * (s * (1.f + u * (1.f - s)));
+  }
+  case D_SIGMOID: return g * u * (1.f - u);
+  case D_TANH: return g * (1.f - u * u);
+  default: return (u > lo && u < hi) ? g : 0.f;
+  }
+}
+
+template <int OP>
+__global__ void dgrad_kernel(const float *u, const float *g, float *d, int64_t n, float lo,
+                             float hi) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    d[i] = dg<OP>(u[i], g[i], lo, hi);
+}
+
+template <int OP> static rg_status dgrad(rg_kargs *k) {
+  int64_t n = k->out[0].n;
+  if (n == 0) return RG_OK;
+  dgrad_kernel<OP><<<rg_cuda_blocks(n, THREADS), THREADS, 0, rg_cuda_ctx(k)->stream>>>(
+      (const float *)k->in[0].p, (const float *)k->in[1].p, (float *)k->out[0].p, n,
+      k->node->f[0], k->node->f[1]);
+  return rg_cuda_check_launch(k, "an elementwise backward kernel");
+}
+
+rg_status rg_cuda_relu_bwd(rg_kargs *k) { return dgrad<D_RELU>(k); }
+rg_status rg_cuda_gelu_bwd(rg_kargs *k) { return dgrad<D_GELU>(k); }
+rg_status rg_cuda_silu_bwd(rg_kargs *k) { return dgrad<D_SILU>(k); }
+rg_status rg_cuda_sigmoid_bwd(rg_kargs *k) { return dgrad<D_SIGMOID>(k); }
+rg_status rg_cuda_tanh_bwd(rg_kargs *k) { return dgrad<D_TANH>(k); }
+rg_status rg_cuda_clamp_bwd(rg_kargs *k) { return dgrad<D_CLAMP>(k); }

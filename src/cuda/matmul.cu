@@ -1,0 +1,160 @@
+/*
+ * matmul.cu - matmul (batched, broadcast, transpose flags) and linear through cuBLASLt.
+ *
+ * Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T = B^T A^T, so every call passes B
+ * first. Strict FP32 compute (CUBLAS_COMPUTE_32F): results match the CPU to float
+ * rounding. A batch whose operands are each either full or a single matrix is one
+ * strided-batched call (stride 0 broadcasts); any other broadcast loops per batch.
+ */
+#include "cuda.h"
+
+#include <cublasLt.h>
+#include <stdio.h>
+
+typedef struct gemm_args {
+  int ta, tb;                  /* A stored [K,M] / B stored [N,K] (row-major) */
+  int64_t M, N, K;
+  const float *A, *B;
+  float *C;
+  int64_t batch, sa, sb, sc;   /* batch count and element strides (0 = broadcast) */
+  const float *bias;           /* [N] added to every row of C, or NULL */
+} gemm_args;
+
+#define LT_TRY(call)                                                                   \
+  do {                                                                                 \
+    cublasStatus_t s_ = (call);                                                        \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      snprintf(k->msg, k->msgcap, "%s failed with cuBLAS status %d", #call, (int)s_);  \
+      st = RG_ERR_DEVICE;                                                              \
+      goto done;                                                                       \
+    }                                                                                  \
+  } while (0)
+
+static rg_status gemm(rg_kargs *k, const gemm_args *g) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  rg_status st = RG_OK;
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  float one = 1.f, zero = 0.f;
+  /* Column-major operands: X = B^T (N x K), Y = A^T (K x M), C^T (N x M). */
+  cublasOperation_t opx = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opy = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint64_t xr = g->tb ? g->K : g->N, xc = g->tb ? g->N : g->K;
+  uint64_t yr = g->ta ? g->M : g->K, yc = g->ta ? g->K : g->M;
+  int32_t batch = (int32_t)g->batch;
+  int64_t sx = g->sb, sy = g->sa, sc = g->sc;
+  cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  LT_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (g->bias)
+    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                          sizeof g->bias));
+  LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, xr, xc, (int64_t)xr));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, yr, yc, (int64_t)yr));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->N, (uint64_t)g->M, g->N));
+  if (batch > 1) {
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &sx, 8));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &sy, 8));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &sc, 8));
+  }
+  LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                              &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
+  LT_TRY(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, lc, pref, 1,
+                                        &heur, &found));
+  if (!found) {
+    snprintf(k->msg, k->msgcap, "cuBLASLt has no algorithm for a %lldx%lldx%lld product",
+             (long long)g->M, (long long)g->N, (long long)g->K);
+    st = RG_ERR_UNSUPPORTED;
+    goto done;
+  }
+  LT_TRY(cublasLtMatmul((cublasLtHandle_t)L->lt, op, &one, g->B, la, g->A, lb, &zero, g->C, lc,
+                        g->C, lc, &heur.algo, L->lt_ws, L->lt_ws_bytes, L->stream));
+done:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (lc) cublasLtMatrixLayoutDestroy(lc);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (op) cublasLtMatmulDescDestroy(op);
+  return st;
+}
+
+__global__ void zero_kernel(float *p, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = 0.f;
+}
+
+/* Element offset of batch b of an operand with batch dims bd (right-aligned against the
+   output's batch dims od, nb axes). */
+static int64_t batch_offset(int64_t b, const int64_t *od, const int64_t *bd, int nbd, int nb,
+                            int64_t mat) {
+  int64_t off = 0, stride = mat;
+  for (int d = nb - 1; d >= 0; d--) {
+    int64_t c = b % od[d];
+    b /= od[d];
+    int j = d - (nb - nbd);
+    if (j >= 0) {
+      if (bd[j] != 1) off += c * stride;
+      stride *= bd[j];
+    }
+  }
+  return off;
+}
+
+rg_status rg_cuda_matmul(rg_kargs *k) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
+  gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[o->ndim - 2],
+                 o->dims[o->ndim - 1], 0, (const float *)a->p, (const float *)b->p,
+                 (float *)o->p, 1, 0, 0, 0, NULL};
+  g.K = g.ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+  if (o->n == 0) return RG_OK;
+  if (g.K == 0) {
+    zero_kernel<<<rg_cuda_blocks(o->n, 256), 256, 0, rg_cuda_ctx(k)->stream>>>((float *)o->p, o->n);
+    return rg_cuda_check_launch(k, "zero");
+  }
+  int nb = o->ndim - 2;
+  int64_t batch = 1, na = 1, nbb = 1;
+  for (int d = 0; d < nb; d++) batch *= o->dims[d];
+  for (int d = 0; d < a->ndim - 2; d++) na *= a->dims[d];
+  for (int d = 0; d < b->ndim - 2; d++) nbb *= b->dims[d];
+  int64_t ma = g.M * g.K, mb = g.K * g.N, mc = g.M * g.N;
+  if ((na == batch || na == 1) && (nbb == batch || nbb == 1)) {
+    g.batch = batch;
+    g.sa = na == 1 ? 0 : ma;
+    g.sb = nbb == 1 ? 0 : mb;
+    g.sc = mc;
+    return gemm(k, &g);
+  }
+  for (int64_t i = 0; i < batch; i++) { /* mixed broadcast, e.g. [2,1,..] x [1,3,..] */
+    gemm_args gi = g;
+    gi.A = g.A + batch_offset(i, o->dims, a->dims, a->ndim - 2, nb, ma);
+    gi.B = g.B + batch_offset(i, o->dims, b->dims, b->ndim - 2, nb, mb);
+    gi.C = g.C + i * mc;
+    rg_status st = gemm(k, &gi);
+    if (st != RG_OK) return st;
+  }
+  return RG_OK;
+}
+
+rg_status rg_cuda_linear(rg_kargs *k) {
+  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *o = &k->out[0];
+  int64_t in = w->dims[1], out = w->dims[0], rows = in ? x->n / in : 0;
+  if (in == 0) rows = out ? o->n / out : 0;
+  gemm_args g = {0, 1, rows, out, in, (const float *)x->p, (const float *)w->p,
+                 (float *)o->p, 1, 0, 0, 0, (const float *)bias->p};
+  if (o->n == 0) return RG_OK;
+  if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
+  return gemm(k, &g);
+}

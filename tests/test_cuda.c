@@ -1,0 +1,263 @@
+/*
+ * test_cuda.c - the CUDA backend against the CPU backend, op by op and on whole training
+ * steps. Parameters made in the same order with the same seed are bit-identical on both
+ * backends (their values come from the host-side Philox), so each case builds the same
+ * graph in a CPU and a CUDA context and compares the output, the loss and every
+ * parameter gradient by normalised error ||cuda - cpu|| / ||cpu||.
+ *
+ * Exits 77 (skipped) where no CUDA GPU is usable.
+ */
+#include "common.h"
+#include "resgrad_nn.h"
+
+#include <math.h>
+
+typedef struct out { rg_tensor y, loss; } out;
+typedef out (*build_fn)(rg_ctx *ctx);
+
+static rg_init normal(float s) { return (rg_init){RG_INIT_NORMAL, s, 0}; }
+static rg_tensor P(rg_ctx *c, const char *n, int nd, const int64_t *d) {
+  return rg_param(c, n, RG_F32, nd, d, normal(1.0f));
+}
+/* loss = sum(y * r) with fixed weights r, so every element of y gets its own gradient */
+static out weigh(rg_ctx *c, rg_tensor y) {
+  int64_t n = rg_numel(c, y);
+  float *r = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) r[i] = (float)sin(0.37 * (double)i + 0.1);
+  int64_t dims[RG_MAX_DIMS];
+  int nd = rg_ndim(c, y);
+  for (int i = 0; i < nd; i++) dims[i] = rg_dim(c, y, i);
+  rg_tensor w = rg_input(c, RG_F32, nd, dims, r);
+  free(r);
+  return (out){y, rg_sum(c, rg_mul(c, y, w), RG_ALL_AXES, 0)};
+}
+
+#define D2(a, b) 2, (int64_t[]){a, b}
+#define D3(a, b, c) 3, (int64_t[]){a, b, c}
+#define D4(a, b, c, d) 4, (int64_t[]){a, b, c, d}
+
+static out c_add(rg_ctx *c) { return weigh(c, rg_add(c, P(c, "a", D3(2, 3, 4)), P(c, "b", 1, (int64_t[]){4}))); }
+static out c_sub(rg_ctx *c) { return weigh(c, rg_sub(c, P(c, "a", D3(2, 1, 4)), P(c, "b", D2(3, 1)))); }
+static out c_mul(rg_ctx *c) { return weigh(c, rg_mul(c, P(c, "a", D2(5, 7)), P(c, "b", D2(5, 7)))); }
+static out c_div(rg_ctx *c) {
+  return weigh(c, rg_div(c, P(c, "a", D2(4, 6)), rg_exp(c, P(c, "b", D2(1, 6)))));
+}
+static out c_unary(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D2(33, 65));
+  rg_tensor y = rg_add(c, rg_gelu(c, x), rg_silu(c, x));
+  y = rg_add(c, y, rg_mul(c, rg_sigmoid(c, x), rg_tanh(c, x)));
+  y = rg_add(c, y, rg_relu(c, rg_scale(c, x, 1.5f)));
+  y = rg_add(c, y, rg_clamp(c, rg_neg(c, x), -0.5f, 0.7f));
+  rg_tensor pos = rg_exp(c, x);
+  y = rg_add(c, y, rg_add(c, rg_log(c, pos), rg_sqrt(c, pos)));
+  return weigh(c, rg_add(c, y, rg_pow(c, pos, 1.5f)));
+}
+static out c_reduce(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(4, 5, 6));
+  rg_tensor y = rg_add(c, rg_sum(c, x, 1, 1), rg_mean(c, x, 1, 1));
+  y = rg_add(c, y, rg_max(c, x, 1, 1));
+  rg_tensor all = rg_add(c, rg_sum(c, x, RG_ALL_AXES, 0), rg_max(c, x, RG_ALL_AXES, 0));
+  return weigh(c, rg_add(c, y, all));
+}
+static out c_softmax(rg_ctx *c) {
+  rg_tensor x = rg_scale(c, P(c, "x", D3(3, 7, 129)), 4);
+  return weigh(c, rg_add(c, rg_softmax(c, x), rg_log_softmax(c, x)));
+}
+static out c_matmul(rg_ctx *c) {
+  rg_tensor a = P(c, "a", D3(3, 17, 33)), b = P(c, "b", D2(33, 9));
+  rg_tensor d = P(c, "d", D4(2, 1, 9, 5)), e = P(c, "e", D4(1, 3, 17, 9));
+  rg_tensor y = rg_matmul(c, a, b);                         /* batch broadcast: one call */
+  return weigh(c, rg_matmul(c, rg_add(c, y, e), d));         /* mixed broadcast: a loop */
+}
+static out c_linear(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(2, 5, 24)), w = P(c, "w", D2(40, 24)), b = P(c, "b", 1, (int64_t[]){40});
+  rg_tensor w2 = P(c, "w2", D2(7, 40));
+  return weigh(c, rg_linear(c, rg_relu(c, rg_linear(c, x, w, b)), w2, RG_NONE));
+}
+static out c_norms(rg_ctx *c) {
+  rg_tensor x = rg_add(c, P(c, "x", D3(3, 4, 96)), P(c, "off", D3(3, 4, 1)));
+  rg_tensor g = P(c, "g", 1, (int64_t[]){96}), b = P(c, "b", 1, (int64_t[]){96});
+  rg_tensor y = rg_add(c, rg_layernorm(c, x, g, b, 1e-5f), rg_rmsnorm(c, x, g, 1e-6f));
+  return weigh(c, rg_add(c, y, rg_layernorm(c, x, RG_NONE, RG_NONE, 1e-5f)));
+}
+static out c_embedding(rg_ctx *c) {
+  int32_t idx[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
+  rg_tensor t = P(c, "table", D2(10, 16));
+  return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 2, (int64_t[]){3, 4}, idx)));
+}
+static out c_attention(rg_ctx *c) {
+  rg_tensor q = P(c, "q", D4(2, 3, 17, 16)), k = P(c, "k", D4(2, 3, 17, 16)),
+            v = P(c, "v", D4(2, 3, 17, 16));
+  rg_tensor k2 = P(c, "k2", D4(2, 3, 5, 16)), v2 = P(c, "v2", D4(2, 3, 5, 16));
+  return weigh(c, rg_add(c, rg_attention(c, q, k, v, 1), rg_attention(c, q, k2, v2, 0)));
+}
+static out c_xent(rg_ctx *c) {
+  int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
+  rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
+  rg_tensor l = rg_add(c, rg_cross_entropy_ignore(c, x, y, -1),
+                       rg_mse(c, x, rg_scale(c, P(c, "t", D2(10, 5)), 0.5f)));
+  return (out){l, l};
+}
+static out c_shape(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D4(2, 3, 4, 5));
+  rg_tensor y = rg_reshape(c, rg_transpose(c, x, 1, 3), 3, (int64_t[]){2, -1, 4});
+  int perm[4] = {3, 1, 0, 2};
+  rg_tensor z = rg_reshape(c, rg_permute(c, x, perm), 3, (int64_t[]){2, 15, 4});
+  rg_tensor s = rg_concat(c, rg_slice(c, y, 1, 2, 7), rg_slice(c, z, 1, 0, 8), 1);
+  rg_tensor bf = rg_cast(c, rg_cast(c, s, RG_BF16), RG_F32);
+  return weigh(c, rg_add(c, s, rg_scale(c, bf, 0.25f)));
+}
+static out c_dropout(rg_ctx *c) {
+  return weigh(c, rg_dropout(c, P(c, "x", D2(64, 33)), 0.3f));
+}
+static out c_gpt(rg_ctx *c) {
+  rg_gpt_config cfg = {.vocab = 29, .block = 16, .layers = 2, .width = 32, .heads = 4};
+  rg_gpt *g = rg_gpt_new(c, &cfg, NULL);
+  int32_t idx[2 * 16], tg[2 * 16];
+  for (int i = 0; i < 32; i++) idx[i] = (i * 7) % 29, tg[i] = (i * 11 + 3) % 29;
+  rg_tensor x = rg_input(c, RG_I32, 2, (int64_t[]){2, 16}, idx);
+  rg_tensor y = rg_input(c, RG_I32, 2, (int64_t[]){2, 16}, tg);
+  rg_tensor l = rg_gpt_loss(g, x, y);
+  rg_gpt_free(g);
+  return (out){l, l};
+}
+
+static double nerr(const float *a, const float *b, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (a[i] != a[i] || b[i] != b[i]) return a[i] != a[i] && b[i] != b[i] ? 0 : INFINITY;
+    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    r += (double)b[i] * b[i];
+  }
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* Reads t from both contexts and returns their normalised error (INFINITY on a failure). */
+static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
+  int64_t n = rg_numel(c, tc);
+  if (rg_numel(g, tg) != n || rg_dtype_of(c, tc) != RG_F32) return INFINITY;
+  float *a = malloc(sizeof(float) * (size_t)(n ? n : 1)), *b = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  double e = INFINITY;
+  if (rg_read(g, tg, a, (size_t)n * 4) == RG_OK && rg_read(c, tc, b, (size_t)n * 4) == RG_OK)
+    e = nerr(a, b, n);
+  free(a);
+  free(b);
+  return e;
+}
+
+static void run_case(const char *name, build_fn f, double tol) {
+  rg_options o = {.quiet = 1, .seed = 11};
+  rg_ctx *c = NULL, *g = NULL;
+  o.device = RG_DEVICE_CPU;
+  rg_open(&c, &o);
+  o.device = RG_DEVICE_CUDA;
+  rg_open(&g, &o);
+  if (!c || !g) {
+    CHECK(0, "%s: could not open both contexts", name);
+    rg_close(c);
+    rg_close(g);
+    return;
+  }
+  rg_step_begin(c);
+  rg_step_begin(g);
+  out oc = f(c), og = f(g);
+  rg_backward(c, oc.loss);
+  rg_backward(g, og.loss);
+  double worst = fmax(compare(g, og.y, c, oc.y), compare(g, og.loss, c, oc.loss));
+  const char *wname = "output";
+  for (int i = 0; i < rg_param_count(c); i++) {
+    double e = compare(g, rg_grad(g, rg_param_at(g, i)), c, rg_grad(c, rg_param_at(c, i)));
+    if (e > worst) worst = e, wname = rg_name(c, rg_param_at(c, i));
+  }
+  CHECK(rg_error(c) == RG_OK, "%s: CPU error: %s", name, rg_errmsg(c));
+  CHECK(rg_error(g) == RG_OK, "%s: CUDA error: %s", name, rg_errmsg(g));
+  CHECK(worst <= tol, "%s: normalised error %.3g (worst at %s) > %.1g", name, worst, wname, tol);
+  printf("%-12s %s  worst normalised error %.3g (tolerance %.0e)\n", name,
+         worst <= tol && rg_error(g) == RG_OK ? "PASS" : "FAIL", worst, tol);
+  CHECK_ST(c, rg_close(c), RG_OK);
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
+/* A few AdamW steps of an MLP with clipping: loss trajectories and weights agree. */
+static void run_training(void) {
+  rg_options o = {.quiet = 1, .seed = 5};
+  rg_ctx *ctx[2] = {NULL, NULL};
+  float loss[2][8];
+  float w[2][32 * 16];
+  for (int d = 0; d < 2; d++) {
+    o.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+    rg_open(&ctx[d], &o);
+    rg_ctx *c = ctx[d];
+    rg_tensor w1 = rg_param(c, "w1", RG_F32, D2(32, 16), normal(0.3f));
+    rg_tensor b1 = rg_param(c, "b1", RG_F32, 1, (int64_t[]){32}, (rg_init){0});
+    rg_tensor w2 = rg_param(c, "w2", RG_F32, D2(4, 32), normal(0.3f));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.1f});
+    for (int s = 0; s < 8; s++) {
+      float x[8 * 16];
+      int32_t y[8];
+      for (int i = 0; i < 8 * 16; i++) x[i] = (float)sin(i * 0.3 + s);
+      for (int i = 0; i < 8; i++) y[i] = (i + s) % 4;
+      rg_step_begin(c);
+      rg_tensor h = rg_gelu(c, rg_linear(c, rg_input(c, RG_F32, D2(8, 16), x), w1, b1));
+      rg_tensor l = rg_cross_entropy(c, rg_linear(c, h, w2, RG_NONE),
+                                     rg_input(c, RG_I32, 1, (int64_t[]){8}, y));
+      rg_backward(c, l);
+      rg_clip_grad_norm(c, 0.5f);
+      rg_optim_step(opt);
+      rg_zero_grad(c);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    CHECK_ST(c, rg_read(c, w1, w[d], sizeof w[d]), RG_OK);
+    CHECK(rg_optim_steps(opt) == 8, "steps counted on %s", rg_device_name(c));
+    rg_optim_free(opt);
+  }
+  double e = nerr(loss[1], loss[0], 8), ew = nerr(w[1], w[0], 32 * 16);
+  CHECK(e < 1e-5 && ew < 1e-5, "training: loss error %.3g, weight error %.3g", e, ew);
+  printf("%-12s %s  loss error %.3g, weight error %.3g after 8 AdamW steps\n", "training",
+         e < 1e-5 && ew < 1e-5 ? "PASS" : "FAIL", e, ew);
+  for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
+}
+
+/* Caller faults found by a kernel fail the drain at that node, as on the CPU. */
+static void run_faults(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  rg_tensor t = rg_param(g, "t", RG_F32, D2(4, 3), normal(1));
+  int32_t idx[3] = {1, 7, 2};
+  rg_tensor e = rg_embedding(g, t, rg_input(g, RG_I32, 1, (int64_t[]){3}, idx));
+  rg_tensor s = rg_sum(g, e, RG_ALL_AXES, 0);
+  float v;
+  CHECK(rg_item(g, s, &v) == RG_ERR_MISUSE && msg_has(g, "rg_embedding") && msg_has(g, "7"),
+        "bad index on CUDA: %s", rg_errmsg(g));
+  rg_clear_error(g);
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
+  rg_tensor ok = rg_sum(g, t, RG_ALL_AXES, 0);
+  CHECK_ST(g, rg_item(g, ok, &v), RG_OK);
+  printf("%-12s %s  %s\n", "faults", failed() ? "FAIL" : "PASS", "bad index reported, context recovers");
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
+int main(void) {
+  rg_ctx *probe = NULL;
+  rg_status st = rg_open(&probe, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  if (st != RG_OK) {
+    printf("test_cuda: skipped (%s: no CUDA GPU or no CUDA backend in this build)\n",
+           rg_status_str(st));
+    return SKIP_EXIT;
+  }
+  printf("device: %s\n", rg_device_name(probe));
+  rg_close(probe);
+  struct { const char *name; build_fn f; double tol; } cases[] = {
+      {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
+      {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
+      {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
+      {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
+      {"attention", c_attention, 1e-5}, {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
+      {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    run_case(cases[i].name, cases[i].f, cases[i].tol);
+  run_training();
+  run_faults();
+  return finish();
+}
