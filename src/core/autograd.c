@@ -188,7 +188,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     gin[1] = R(rg_slice(ctx, H(g), ax, sx.dims[ax], sy.dims[ax]));
     break;
   }
-  case RG_OP_DROPOUT: gin[0] = op1(ctx, RG_OP_DROPOUT, g, 0, 0, sx, n->i, f); break;
+  case RG_OP_DROPOUT: gin[0] = op1(ctx, RG_OP_DROPOUT, g, n->in[1], 0, sx, n->i, f); break;
   case RG_OP_CAST: gin[0] = R(rg_cast(ctx, H(g), (rg_dtype)sx.dtype)); break;
   default: break; /* no gradient (argmax, uploads, backward and in-place ops) */
   }

@@ -147,6 +147,8 @@ struct rg_ctx {
   int nparams, capparams;
   uint32_t clip;           /* clip state F32[2] (persistent) or 0 */
   int clip_pending;        /* a CLIP node was recorded since the last optimizer step */
+  uint32_t rngstep;        /* dropout's step counter I32[2] (persistent) or 0 */
+  uint64_t rngstep_gen;    /* pass generation whose step was uploaded into it */
   rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
   int training, no_grad;
   uint64_t step;           /* rg_step_begin count: keys dropout */

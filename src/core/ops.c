@@ -465,17 +465,47 @@ rg_tensor rg_concat(rg_ctx *ctx, rg_tensor a, rg_tensor b, int axis) {
   return emit1(ctx, RG_OP_CONCAT, in, o, iv, NULL);
 }
 
+/* The step counter dropout reads, kept on the device and written once per step by an
+   upload from staging: a captured graph then replays with each new step's masks. */
+static uint32_t step_tensor(rg_ctx *ctx) {
+  if (!ctx->rngstep) {
+    int64_t two = 2;
+    uint32_t r = rg__new(ctx, RG_POOL_PERSISTENT, RG_I32, 1, &two, "rg_dropout");
+    if (!r) return 0;
+    ctx->rngstep = r;
+    ctx->rngstep_gen = 0;
+  }
+  if (ctx->rngstep_gen == ctx->pool[RG_POOL_PASS].gen) return ctx->rngstep;
+  uint64_t *stage = rg__stage(ctx, sizeof(uint64_t));
+  if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_dropout", "out of staging memory"), 0;
+  *stage = ctx->step;
+  if (!rg__record(ctx, RG_OP_UPLOAD)) return 0;
+  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
+  n->out[0] = ctx->rngstep;
+  n->i[1] = sizeof(uint64_t);
+  n->aux = stage;
+  ctx->st.up.count++;
+  ctx->st.up.bytes += sizeof(uint64_t);
+  ctx->st.up_site[RG_SITE_RNG].count++;
+  ctx->st.up_site[RG_SITE_RNG].bytes += sizeof(uint64_t);
+  if (rg__commit(ctx, n) != RG_OK) return 0;
+  ctx->rngstep_gen = ctx->pool[RG_POOL_PASS].gen;
+  return ctx->rngstep;
+}
+
 rg_tensor rg_dropout(rg_ctx *ctx, rg_tensor x, float p) {
   uint32_t in[1];
   if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0])) return RG_NONE;
   if (!(p >= 0 && p < 1))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_dropout", "p %g is outside [0, 1)", p), RG_NONE;
   if (!ctx->training || p == 0) return x;
+  uint32_t ins[2] = {in[0], step_tensor(ctx)};
+  if (!ins[1]) return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
-  int64_t iv[4] = {(int64_t)ctx->opt.seed, (int64_t)ctx->step, (int64_t)ctx->rng_calls, 0};
+  int64_t iv[4] = {(int64_t)ctx->opt.seed, 0, (int64_t)ctx->rng_calls, 0}; /* step: ins[1] */
   float fv[4] = {p, 0, 0, 0};
   ctx->rng_calls += (uint64_t)numel_of(&s);
-  return emit1(ctx, RG_OP_DROPOUT, in, s, iv, fv);
+  return emit1(ctx, RG_OP_DROPOUT, ins, s, iv, fv);
 }
 
 rg_tensor rg_cast(rg_ctx *ctx, rg_tensor x, rg_dtype dtype) {

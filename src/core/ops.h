@@ -35,8 +35,10 @@
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
  *  SLICE     x; i[0] axis, i[1] start, i[2] len.
  *  CONCAT    a, b; i[0] axis.
- *  DROPOUT   x; f[0] = p; i[0] = seed, i[1] = step, i[2] = counter base. Element e is kept
- *            iff rg_philox_uniform(seed, step, base + e) >= p; kept values scaled 1/(1-p).
+ *  DROPOUT   x, step (I32[2] holding the 64-bit step, written by an UPLOAD each step so a
+ *            replayed graph reads the new one; if absent, i[1]); f[0] = p; i[0] = seed,
+ *            i[2] = counter base. Element e is kept iff rg_philox_uniform(seed, step,
+ *            base + e) >= p; kept values scaled 1/(1-p).
  *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
  * Backward ops (recorded only by rg_backward):
  *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out
@@ -98,7 +100,7 @@
   X(PERMUTE, permute, "rg_permute", 1, 1)                     \
   X(SLICE, slice, "rg_slice", 1, 1)                           \
   X(CONCAT, concat, "rg_concat", 2, 1)                        \
-  X(DROPOUT, dropout, "rg_dropout", 1, 1)                     \
+  X(DROPOUT, dropout, "rg_dropout", 2, 1)                     \
   X(CAST, cast, "rg_cast", 1, 1)                              \
   X(RELU_BWD, relu_bwd, "rg_relu'", 2, 1)                     \
   X(GELU_BWD, gelu_bwd, "rg_gelu'", 2, 1)                     \

@@ -135,6 +135,7 @@ rg_status rg_cpu_dropout(rg_kargs *k) {
   float *y = k->out[0].p;
   float p = k->node->f[0], scale = 1.f / (1.f - p);
   uint64_t seed = (uint64_t)k->node->i[0], step = (uint64_t)k->node->i[1];
+  if (k->in[1].p) memcpy(&step, k->in[1].p, sizeof step);
   uint64_t base = (uint64_t)k->node->i[2];
   int64_t n = k->out[0].n;
 #pragma omp parallel for num_threads(nthreads(k)) if(n > PAR_MIN / 8) schedule(static)

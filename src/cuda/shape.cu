@@ -164,7 +164,9 @@ __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t step, ui
 }
 
 __global__ void dropout_k(const float *__restrict__ x, float *__restrict__ y, int64_t n, float p,
-                          float scale, uint64_t seed, uint64_t step, uint64_t base) {
+                          float scale, uint64_t seed, const unsigned long long *stepp,
+                          uint64_t step, uint64_t base) {
+  if (stepp) step = *stepp; /* read on the device: a replayed graph sees each new step */
   GRID_STRIDE(e, n) {
     y[e] = philox_uniform(seed, step, base + e) >= p ? __fmul_rn(x[e], scale) : 0.f;
   }
@@ -301,7 +303,8 @@ rg_status rg_cuda_dropout(rg_kargs *k) {
   float p = k->node->f[0], scale = 1.f / (1.f - p); /* the CPU's float expression */
   dropout_k<<<rg_cuda_blocks(n, THREADS), THREADS, 0, L->stream>>>(
       (const float *)k->in[0].p, (float *)k->out[0].p, n, p, scale, (uint64_t)k->node->i[0],
-      (uint64_t)k->node->i[1], (uint64_t)k->node->i[2]);
+      (const unsigned long long *)k->in[1].p, (uint64_t)k->node->i[1],
+      (uint64_t)k->node->i[2]);
   return rg_cuda_check_launch(k, "dropout");
 }
 
