@@ -218,6 +218,51 @@ static void run_training(void) {
   for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
 }
 
+/* Identical steps replay one captured graph from the third step on, and the replays see
+   each step's new batch, learning rate and dropout mask: the CUDA loss trajectory equals
+   the CPU's, which has no graphs. */
+static void run_graphs(void) {
+  enum { S = 7 };
+  rg_options o = {.quiet = 1, .seed = 9};
+  float loss[2][S];
+  rg_stats st[2];
+  for (int d = 0; d < 2; d++) {
+    o.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+    rg_ctx *c = NULL;
+    rg_open(&c, &o);
+    rg_tensor w1 = rg_param(c, "w1", RG_F32, D2(32, 16), normal(0.3f));
+    rg_tensor w2 = rg_param(c, "w2", RG_F32, D2(4, 32), normal(0.3f));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f});
+    for (int s = 0; s < S; s++) {
+      float x[8 * 16];
+      int32_t y[8];
+      for (int i = 0; i < 8 * 16; i++) x[i] = (float)cos(i * 0.7 + 3 * s);
+      for (int i = 0; i < 8; i++) y[i] = (i * 3 + s) % 4;
+      rg_step_begin(c);
+      rg_optim_set_lr(opt, 1e-2f / (float)(s + 1));
+      rg_tensor h = rg_dropout(c, rg_relu(c, rg_linear(c, rg_input(c, RG_F32, D2(8, 16), x), w1, RG_NONE)), 0.2f);
+      rg_tensor l = rg_cross_entropy(c, rg_linear(c, h, w2, RG_NONE),
+                                     rg_input(c, RG_I32, 1, (int64_t[]){8}, y));
+      rg_backward(c, l);
+      rg_optim_step(opt);
+      rg_zero_grad(c);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    rg_stats_get(c, &st[d]);
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  double e = nerr(loss[1], loss[0], S);
+  CHECK(st[1].graph_captures == 1 && st[1].graph_replays == S - 2,
+        "graphs: %llu captures, %llu replays over %d identical steps (want 1, %d); last miss: %s",
+        (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, S,
+        S - 2, st[1].graph_miss_reason);
+  CHECK(e < 1e-5, "replayed steps follow the CPU trajectory: error %.3g", e);
+  printf("%-12s %s  %llu capture, %llu replays, loss error vs CPU %.3g\n", "graphs",
+         st[1].graph_captures == 1 && st[1].graph_replays == S - 2 && e < 1e-5 ? "PASS" : "FAIL",
+         (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, e);
+}
+
 /* Caller faults found by a kernel fail the drain at that node, as on the CPU. */
 static void run_faults(void) {
   rg_ctx *g = NULL;
@@ -258,6 +303,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol);
   run_training();
+  run_graphs();
   run_faults();
   return finish();
 }

@@ -16,10 +16,41 @@
 #include <stdio.h>
 #include <string.h>
 
+/* One node as the graph cache sees it: everything a launcher turns into a kernel
+   argument or a launch shape (addresses, shapes, baked scalars, aux contents). Two drains
+   with equal signatures launch identical work, so the second can replay the first's
+   graph: per-step values (batch, lr, Adam's step, dropout's step) live in device memory
+   or pinned staging at fixed addresses, never in the signature. */
+typedef struct nsig {
+  int32_t op, nin, nout, pad;
+  const void *ptr[RG_MAX_IN + RG_MAX_OUT];
+  int64_t dims[RG_MAX_IN + RG_MAX_OUT][RG_MAX_DIMS + 1];
+  int64_t i[4];
+  float f[4];
+  const void *aux;
+  uint64_t aux_hash; /* the data addresses behind a list or optimizer aux */
+} nsig;
+
+#define GRAPH_CACHE 8  /* distinct step shapes kept (train, eval, ...): LRU beyond */
+#define GRAPH_WARMUP 1 /* eager runs of a signature before it is captured */
+
+typedef struct gentry {
+  nsig *sig;
+  size_t n;
+  uint64_t hash, used;
+  int seen;
+  cudaGraphExec_t exec;
+} gentry;
+
 typedef struct rg_cuda_state {
   int dev;
   rg_cuda_launch L;
   rg_cuda_err *err_host;
+  gentry cache[GRAPH_CACHE];
+  uint64_t tick;
+  nsig *cur;          /* signature of the drain being run */
+  size_t cur_cap;
+  gentry last;        /* the previous drain's signature, to explain a miss */
 } rg_cuda_state;
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
@@ -94,10 +125,19 @@ static rg_status cuda_open(rg_ctx *ctx) {
   return st;
 }
 
+static void drop_entry(rg_ctx *ctx, gentry *e) {
+  if (e->exec) cudaGraphExecDestroy(e->exec);
+  rg__free(ctx, e->sig);
+  memset(e, 0, sizeof *e);
+}
+
 static void cuda_close(rg_ctx *ctx) {
   rg_cuda_state *s = state(ctx);
   if (!s) return;
   rg_cuda_launch *L = &s->L;
+  for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
+  drop_entry(ctx, &s->last);
+  rg__free(ctx, s->cur);
   if (L->stream) cudaStreamSynchronize(L->stream);
   if (L->lt) cublasLtDestroy((cublasLtHandle_t)L->lt);
   cudaFree(L->lt_ws);
@@ -169,12 +209,13 @@ static_assert(sizeof launchers / sizeof launchers[0] == RG_OP_COUNT,
               "every op has a CUDA launcher");
 
 /* Turns the error word into the failing node and its message, and clears it. */
-static rg_status take_fault(rg_cuda_state *s, size_t *failed, char *msg, size_t cap) {
+static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char *msg,
+                            size_t cap) {
   rg_cuda_err e;
   memcpy(&e, (const void *)s->err_host, sizeof e); /* the stream was synchronised */
   if (!e.code) return RG_OK;
   memset(s->err_host, 0, sizeof *s->err_host);
-  *failed = (size_t)e.node;
+  *failed = first + (size_t)e.node;
   if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);
@@ -205,8 +246,99 @@ static rg_status clip_soft(rg_ctx *ctx, size_t first, size_t last, size_t *at, c
   return RG_OK;
 }
 
-static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
-                              rg_status *soft, char *msg, size_t msgcap) {
+/* ---- graph cache ------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+static uint64_t list_hash(rg_ctx *ctx, const rg_list *l, uint64_t h) {
+  for (int i = 0; l && i < l->n; i++) h = mix(h, (uint64_t)(uintptr_t)rg__t(ctx, l->ref[i])->data);
+  return mix(h, l ? (uint64_t)l->n : 0);
+}
+
+static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
+  memset(g, 0, sizeof *g);
+  g->op = n->op;
+  g->nin = n->nin;
+  g->nout = n->nout;
+  for (int j = 0; j < n->nin + n->nout; j++) {
+    uint32_t ref = j < n->nin ? n->in[j] : n->out[j - n->nin];
+    if (!ref) continue;
+    rg_tinfo *t = rg__t(ctx, ref);
+    g->ptr[j] = t->data;
+    g->dims[j][0] = t->ndim | (int64_t)t->dtype << 8;
+    for (int d = 0; d < t->ndim; d++) g->dims[j][d + 1] = t->dims[d];
+  }
+  memcpy(g->i, n->i, sizeof g->i);
+  memcpy(g->f, n->f, sizeof g->f);
+  g->aux = n->aux;
+  if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP) {
+    g->aux_hash = list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull);
+  } else if (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) {
+    const rg_optim *o = (const rg_optim *)n->aux;
+    uint64_t h = list_hash(ctx, &o->params, 1469598103934665603ull);
+    h = list_hash(ctx, &o->grads, list_hash(ctx, &o->m, list_hash(ctx, &o->v, h)));
+    g->aux_hash = mix(mix(h, (uint64_t)(uintptr_t)rg__t(ctx, o->hyper)->data),
+                      (uint64_t)(uintptr_t)rg__t(ctx, o->step)->data);
+  }
+}
+
+static uint64_t hash_sig(const nsig *g, size_t n) {
+  const unsigned char *b = (const unsigned char *)g;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n * sizeof *g; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Why this drain's signature differs from the previous one: first node and field. */
+static void explain(rg_ctx *ctx, const gentry *prev, const nsig *cur, size_t n, const char *what) {
+  char *r = ctx->st.graph_miss_reason;
+  size_t cap = sizeof ctx->st.graph_miss_reason;
+  if (!prev->sig) {
+    snprintf(r, cap, "%s: first drain", what);
+    return;
+  }
+  if (prev->n != n) {
+    snprintf(r, cap, "%s: %zu nodes, the previous drain had %zu", what, n, prev->n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const nsig *a = &prev->sig[i], *b = &cur[i];
+    const char *field = a->op != b->op                               ? "op"
+                        : memcmp(a->ptr, b->ptr, sizeof a->ptr)      ? "a tensor address"
+                        : memcmp(a->dims, b->dims, sizeof a->dims)   ? "a shape"
+                        : memcmp(a->i, b->i, sizeof a->i)            ? "an integer argument"
+                        : memcmp(a->f, b->f, sizeof a->f)            ? "a float argument"
+                        : a->aux != b->aux || a->aux_hash != b->aux_hash ? "aux data"
+                                                                     : NULL;
+    if (field) {
+      snprintf(r, cap, "%s: node %zu (%s) differs in %s", what, i, rg_optab[b->op].name, field);
+      return;
+    }
+  }
+  snprintf(r, cap, "%s: same as the previous drain (warm-up before capture)", what);
+}
+
+static gentry *lookup(rg_cuda_state *s, uint64_t h, const nsig *g, size_t n) {
+  for (int i = 0; i < GRAPH_CACHE; i++) {
+    gentry *e = &s->cache[i];
+    if (e->sig && e->hash == h && e->n == n && !memcmp(e->sig, g, n * sizeof *g)) return e;
+  }
+  return NULL;
+}
+
+/* The entry to hold a new signature: an empty slot or the least recently used. */
+static gentry *victim(rg_ctx *ctx, rg_cuda_state *s) {
+  gentry *v = &s->cache[0];
+  for (int i = 0; i < GRAPH_CACHE; i++) {
+    if (!s->cache[i].sig) return &s->cache[i];
+    if (s->cache[i].used < v->used) v = &s->cache[i];
+  }
+  drop_entry(ctx, v);
+  return v;
+}
+
+static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
+                            size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   rg_kargs k;
   for (size_t i = first; i < last; i++) {
@@ -218,17 +350,93 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
     k.msg = msg;
     k.msgcap = msgcap;
     k.be = &s->L;
-    s->L.node = (int)i;
+    s->L.node = (int)(i - first); /* relative: a replay may start at another index */
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
     rg_status st = launchers[n->op](&k);
     ctx->st.launches++;
     if (st != RG_OK) {
-      (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
-      (void)cudaGetLastError();
       *failed = i;
       return st;
     }
+  }
+  return RG_OK;
+}
+
+/* Runs [first, last): replays the cached graph of an identical earlier drain, captures
+   one after GRAPH_WARMUP eager runs, else launches eagerly. Then one synchronisation. */
+static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
+                           size_t msgcap) {
+  rg_cuda_state *s = state(ctx);
+  size_t n = last - first;
+  size_t cap = s->cur_cap;
+  if (!rg__grow(ctx, (void **)&s->cur, sizeof *s->cur, n, &cap)) /* no cache: run eagerly */
+    return launch_all(ctx, first, last, failed, msg, msgcap);
+  s->cur_cap = cap;
+  for (size_t i = 0; i < n; i++) sign(ctx, &ctx->nodes[first + i], &s->cur[i]);
+  uint64_t h = hash_sig(s->cur, n);
+  gentry *e = lookup(s, h, s->cur, n);
+  if (e && e->exec) {
+    e->used = ++s->tick;
+    ctx->st.graph_replays++;
+    ctx->st.launches++;
+    cudaError_t ce = cudaGraphLaunch(e->exec, s->L.stream);
+    if (ce == cudaSuccess) return RG_OK;
+    *failed = first;
+    snprintf(msg, msgcap, "cudaGraphLaunch failed: %s", cudaGetErrorString(ce));
+    (void)cudaGetLastError();
+    return RG_ERR_DEVICE;
+  }
+  ctx->st.graph_misses++;
+  explain(ctx, &s->last, s->cur, n, e ? "warm-up" : "new step shape");
+  if (!e) {
+    e = victim(ctx, s);
+    e->sig = (nsig *)rg__malloc(ctx, n * sizeof *e->sig);
+    if (!e->sig) return launch_all(ctx, first, last, failed, msg, msgcap);
+    memcpy(e->sig, s->cur, n * sizeof *e->sig);
+    e->n = n;
+    e->hash = h;
+  }
+  e->used = ++s->tick;
+  /* Remember this signature to explain the next miss. */
+  nsig *keep = (nsig *)rg__malloc(ctx, n * sizeof *keep);
+  if (keep) {
+    memcpy(keep, s->cur, n * sizeof *keep);
+    rg__free(ctx, s->last.sig);
+    s->last.sig = keep;
+    s->last.n = n;
+  }
+  if (e->seen++ < GRAPH_WARMUP) return launch_all(ctx, first, last, failed, msg, msgcap);
+  /* Capture: the launchers record into a graph instead of running. */
+  cudaGraph_t g = NULL;
+  cudaError_t ce = cudaStreamBeginCapture(s->L.stream, cudaStreamCaptureModeThreadLocal);
+  rg_status st = ce == cudaSuccess ? launch_all(ctx, first, last, failed, msg, msgcap)
+                                   : RG_ERR_DEVICE;
+  cudaError_t ee = cudaStreamEndCapture(s->L.stream, &g);
+  if (st == RG_OK && ce == cudaSuccess && ee == cudaSuccess && g &&
+      cudaGraphInstantiate(&e->exec, g, 0) == cudaSuccess) {
+    cudaGraphDestroy(g);
+    ctx->st.graph_captures++;
+    ctx->st.launches++;
+    ce = cudaGraphLaunch(e->exec, s->L.stream);
+    if (ce == cudaSuccess) return RG_OK;
+  }
+  if (g) cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  if (st != RG_OK) return st; /* a launcher refused: the same answer eagerly */
+  /* Not capturable: never try this signature again, run it eagerly now. */
+  e->seen = -1000000;
+  return launch_all(ctx, first, last, failed, msg, msgcap);
+}
+
+static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
+                              rg_status *soft, char *msg, size_t msgcap) {
+  rg_cuda_state *s = state(ctx);
+  rg_status st = run_queue(ctx, first, last, failed, msg, msgcap);
+  if (st != RG_OK) {
+    (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
+    (void)cudaGetLastError();
+    return st;
   }
   cudaError_t e = cudaStreamSynchronize(s->L.stream);
   if (e != cudaSuccess) {
@@ -238,7 +446,7 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
     (void)cudaGetLastError();
     return RG_ERR_DEVICE;
   }
-  rg_status st = take_fault(s, failed, msg, msgcap);
+  st = take_fault(s, first, failed, msg, msgcap);
   if (st != RG_OK) return st;
   *soft = clip_soft(ctx, first, last, failed, msg, msgcap);
   return RG_OK;

@@ -28,7 +28,7 @@ extern "C" {
 /* The error word, in mapped pinned host memory so reading it costs no copy. */
 typedef struct rg_cuda_err {
   int code;       /* 0 = none; else a positive rg_cuda_errcode */
-  int node;       /* index of the failing node in ctx->nodes */
+  int node;       /* index of the failing node within its drain */
   long long value, pos, limit;
 } rg_cuda_err;
 enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2 };
@@ -36,7 +36,7 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2 };
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
   rg_cuda_err *err;     /* device view of the error word */
-  int node;             /* index of the node being launched */
+  int node;             /* index of the node being launched, within its drain */
   void *scratch;        /* RG_CUDA_SCRATCH bytes of device scratch, 256-aligned */
   size_t scratch_bytes;
   void *lt;             /* cublasLtHandle_t */

@@ -637,7 +637,7 @@ __global__ void mse_final_k(const double *__restrict__ part, int nb, int64_t n,
   double acc = 0;
   for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += part[i];
   acc = grp_sum<false>(acc, sh);
-  if (threadIdx.x == 0) out[0] = n ? (float)(acc / (double)n) : 0.f;
+  if (threadIdx.x == 0) out[0] = (float)(acc / (double)n); /* n == 0: NaN, as the CPU */
 }
 
 /* ---- attention ------------------------------------------------------------------------- */
@@ -1201,7 +1201,7 @@ static ce_args ce_shape(const rg_kargs *k) {
   a.x = (const float *)k->in[0].p;
   a.tg = (const int32_t *)k->in[1].p;
   a.C = last_dim(&k->in[0]);
-  a.N = a.C ? k->in[0].n / a.C : 0;
+  a.N = k->in[1].n; /* one target per row, also when C == 0 (then every target is bad) */
   a.has_ignore = k->node->i[0] != 0;
   a.ignore = k->node->i[1];
   return a;

@@ -390,7 +390,12 @@ rg_status max_common(rg_kargs *k, int mode, const char *what) {
   const rg_tv *x = &k->in[0];
   span3 s = split_axis(x, k->node->i[0]);
   const float *g = mode == M_BWD ? (const float *)k->in[1].p : NULL;
-  if (s.outer == 0 || s.inner == 0 || s.len == 0) return RG_OK; /* empty: nothing to do */
+  if (s.outer * s.inner == 0) return RG_OK; /* nothing to write */
+  if (s.len == 0) { /* as the CPU (record time already refuses an empty max) */
+    snprintf(k->msg, k->msgcap,
+             "the maximum over an empty axis is undefined: reduce over an axis of size > 0");
+    return RG_ERR_MISUSE;
+  }
   if (s.inner == 1) {
     if (s.len >= 8192 && s.outer < 1024) /* few long rows: a block each */
       max_rows_k<false><<<(unsigned)min64(s.outer, 65535), 1024, 0, L->stream>>>(
