@@ -91,6 +91,8 @@ typedef struct rg_options {
   uint64_t seed;           /* parameter init and dropout; 0 means seed 0 (deterministic) */
   int threads;             /* CPU threads for kernels; 0 = all cores */
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback) */
+  int trace;               /* 1: print each drained node (op, shape, label) on stderr.
+                              Env RG_TRACE=1 does the same. */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */

@@ -101,6 +101,11 @@ typedef struct rg_kargs {
   void *be;          /* the backend's launch state (CUDA: its stream, error word...) */
 } rg_kargs;
 
+/* A download that a drain performs after its last node, inside the same synchronisation
+   (so a step that reads only its loss costs one device->host sync). done is set when the
+   bytes were copied. */
+typedef struct rg_readback { void *dst; const void *src; size_t bytes; bool done; } rg_readback;
+
 typedef struct rg_backend {
   const char *name;
   size_t chunk_min;                                 /* smallest arena chunk */
@@ -115,9 +120,10 @@ typedef struct rg_backend {
   rg_status (*zero)(rg_ctx *ctx, void *dst, size_t bytes);
   /* Runs nodes [first, last). On a hard failure returns the status, sets *failed to the
      node's index and writes the reason to msg. A soft status (non-finite clip) is
-     returned through *soft with every node run. */
+     returned through *soft with every node run. When every node ran and rb != NULL,
+     the backend also copies rb->src to rb->dst before returning and sets rb->done. */
   rg_status (*execute)(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
-                       rg_status *soft, char *msg, size_t msgcap);
+                       rg_status *soft, char *msg, size_t msgcap, rg_readback *rb);
   rg_status (*sync)(rg_ctx *ctx);
 } rg_backend;
 
@@ -205,6 +211,7 @@ void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
 rg_node *rg__record(rg_ctx *ctx, rg_op op); /* NULL on OOM; fills label, zeroes fields */
 rg_status rg__commit(rg_ctx *ctx, rg_node *n); /* after ins/outs set: tape + guard/check */
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why);
+rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb);
 void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this pass */
 
 /* --- ops and autograd --- */

@@ -67,6 +67,25 @@ static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_
   }
 }
 
+/* RG_TRACE=1 / rg_options.trace: one line per node on stderr as a drain starts. */
+static void trace(rg_ctx *ctx, size_t first, size_t last, rg_drain_reason why) {
+  static const char *const reason[RG_DRAIN_REASON_COUNT] = {
+      "read", "write", "sync", "step", "reset", "close", "guard", "check", "save"};
+  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", reason[why], last - first,
+          ctx->devname);
+  for (size_t k = first; k < last; k++) {
+    const rg_node *n = &ctx->nodes[k];
+    const char *lab = rg__label_str(ctx, n->label);
+    char shape[96] = "-";
+    if (n->out[0]) {
+      rg_tinfo *t = rg__t(ctx, n->out[0]);
+      rg__fmt_shape(shape, sizeof shape, t->ndim, t->dims);
+    }
+    fprintf(stderr, "resgrad:   %5zu %-20s %-16s%s%s%s\n", k, rg_optab[n->op].name, shape,
+            *lab ? " [" : "", lab, *lab ? "]" : "");
+  }
+}
+
 /* Keeps "op [label]: reason" for the values of a failed drain; 0 if out of memory (the
    values then report a generic message). */
 static uint32_t keep_failure(rg_ctx *ctx, const char *msg) {
@@ -79,16 +98,19 @@ static uint32_t keep_failure(rg_ctx *ctx, const char *msg) {
   return ctx->nfails;
 }
 
-rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why) {
+rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why) { return rg__drain_read(ctx, why, NULL); }
+
+rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
   size_t first = ctx->q_head, last = ctx->n_nodes;
   if (first == last) return RG_OK;
+  if (ctx->opt.trace) trace(ctx, first, last, why);
   ctx->q_head = last; /* detached before it runs: never retried */
   ctx->st.drains++;
   ctx->st.drain_reason[why]++;
   size_t failed = last;
   rg_status soft = RG_OK;
   char msg[768] = "";
-  rg_status st = ctx->be->execute(ctx, first, last, &failed, &soft, msg, sizeof msg);
+  rg_status st = ctx->be->execute(ctx, first, last, &failed, &soft, msg, sizeof msg, rb);
   if (st == RG_OK) {
     set_state(ctx, first, last, RG_READY, 0);
     ctx->st.nodes_executed += last - first;

@@ -355,10 +355,11 @@ const char *rg_name(rg_ctx *ctx, rg_tensor t) {
 
 /* ---- reads and writes --------------------------------------------------------------- */
 
-/* Checks t for a read or write of exactly `bytes`, draining first. */
+/* Checks t for a read or write of exactly `bytes`, draining first. A read passes rb so the
+   drain that computes t also downloads it (one synchronisation). */
 static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size_t bytes,
                                  const char *call, rg_drain_reason why, rg_status *st,
-                                 bool overwrite, rg_status *drained) {
+                                 bool overwrite, rg_status *drained, rg_readback *rb) {
   uint32_t ref;
   if ((*st = rg__check(ctx, t, call, 1, &ref)) != RG_OK) return NULL;
   rg_tinfo *ti = rg__t(ctx, ref);
@@ -375,7 +376,8 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
     return NULL;
   }
   bool pending = ti->state == RG_PENDING;
-  rg_status ds = rg__drain(ctx, why);
+  if (rb) *rb = (rg_readback){(void *)buf, ti->data, bytes, false};
+  rg_status ds = rg__drain_read(ctx, why, rb);
   if (drained) *drained = ds;
   ti = rg__t(ctx, ref);
   if (ti->state == RG_FAILED && !overwrite) {
@@ -391,15 +393,19 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
   return ti;
 }
 
-rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes) {
-  if (!ctx) return RG_ERR_MISUSE;
-  rg_status st;
-  rg_status ds = RG_OK;
-  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, "rg_read", RG_DRAIN_READ, &st, false, &ds);
+/* rg_read and rg_item: the bytes come with the drain when there is one, else a download. */
+static rg_status read_into(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes, const char *call) {
+  rg_status st, ds = RG_OK;
+  rg_readback rb;
+  rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, call, RG_DRAIN_READ, &st, false, &ds, &rb);
   if (!ti) return st;
-  if ((st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
+  if (!rb.done && (st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
   count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], bytes);
   return ds == RG_ERR_NONFINITE ? ds : RG_OK; /* everything ran; the barrier still reports */
+}
+
+rg_status rg_read(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes) {
+  return ctx ? read_into(ctx, t, dst, bytes, "rg_read") : RG_ERR_MISUSE;
 }
 
 rg_status rg_item(rg_ctx *ctx, rg_tensor t, float *out) {
@@ -413,12 +419,7 @@ rg_status rg_item(rg_ctx *ctx, rg_tensor t, float *out) {
                     "rg_item reads one F32 element (use rg_read for others)",
                     (long long)ti->numel, rg__dtype_name(ti->dtype));
   if (!out) return rg__fail(ctx, RG_ERR_MISUSE, "rg_item", "out is NULL");
-  rg_status ds = RG_OK;
-  ti = transfer_target(ctx, t, out, 4, "rg_item", RG_DRAIN_READ, &st, false, &ds);
-  if (!ti) return st;
-  if ((st = ctx->be->download(ctx, out, ti->data, 4)) != RG_OK) return st;
-  count(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], 4);
-  return ds == RG_ERR_NONFINITE ? ds : RG_OK;
+  return read_into(ctx, t, out, 4, "rg_item");
 }
 
 rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
@@ -427,7 +428,8 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   rg_status st = rg__check(ctx, t, "rg_write", 1, &ref);
   if (st != RG_OK) return st;
   /* A failed value may be overwritten: a successful write gives it contents. */
-  rg_tinfo *ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st, true, NULL);
+  rg_tinfo *ti = transfer_target(ctx, t, src, bytes, "rg_write", RG_DRAIN_WRITE, &st, true, NULL,
+                                  NULL);
   if (!ti) return st;
   if ((st = ctx->be->upload(ctx, ti->data, src, bytes)) != RG_OK) return st;
   ti->state = RG_READY;

@@ -57,7 +57,7 @@ static rg_status cpu_zero(rg_ctx *ctx, void *dst, size_t bytes) {
 }
 
 static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
-                             rg_status *soft, char *msg, size_t msgcap) {
+                             rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_kargs k;
   int threads = threads_of(ctx);
   for (size_t i = first; i < last; i++) {
@@ -80,6 +80,10 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
       *soft = k.soft;
       *failed = i;
     }
+  }
+  if (rb) {
+    memcpy(rb->dst, rb->src, rb->bytes);
+    rb->done = true;
   }
   return RG_OK;
 }

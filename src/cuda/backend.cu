@@ -51,7 +51,10 @@ typedef struct rg_cuda_state {
   nsig *cur;          /* signature of the drain being run */
   size_t cur_cap;
   gentry last;        /* the previous drain's signature, to explain a miss */
+  void *bounce;       /* pinned buffer that reads of up to BOUNCE bytes go through */
 } rg_cuda_state;
+
+#define BOUNCE ((size_t)1 << 20)
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
@@ -111,6 +114,7 @@ static rg_status cuda_open(rg_ctx *ctx) {
   L->scratch_bytes = (size_t)64 << 20;
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->lt_ws, L->lt_ws_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->scratch, L->scratch_bytes));
+  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaHostAlloc(&s->bounce, BOUNCE, 0));
   if (st == RG_OK)
     st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err),
                                           cudaHostAllocMapped));
@@ -143,6 +147,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->lt_ws);
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);
+  if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
   rg__free(ctx, s);
@@ -188,8 +193,13 @@ static rg_status cuda_copy(rg_ctx *ctx, void *dst, const void *src, size_t bytes
 static rg_status cuda_upload(rg_ctx *ctx, void *dst, const void *src, size_t bytes) {
   return cuda_copy(ctx, dst, src, bytes, cudaMemcpyHostToDevice);
 }
+/* Small reads go through pinned memory: a true asynchronous copy, then a memcpy. */
 static rg_status cuda_download(rg_ctx *ctx, void *dst, const void *src, size_t bytes) {
-  return cuda_copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+  rg_cuda_state *s = state(ctx);
+  if (bytes > BOUNCE) return cuda_copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+  rg_status st = cuda_copy(ctx, s->bounce, src, bytes, cudaMemcpyDeviceToHost);
+  if (st == RG_OK) memcpy(dst, s->bounce, bytes);
+  return st;
 }
 static rg_status cuda_zero(rg_ctx *ctx, void *dst, size_t bytes) {
   if (!bytes) return RG_OK;
@@ -430,7 +440,7 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
 }
 
 static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
-                              rg_status *soft, char *msg, size_t msgcap) {
+                              rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_cuda_state *s = state(ctx);
   rg_status st = run_queue(ctx, first, last, failed, msg, msgcap);
   if (st != RG_OK) {
@@ -438,7 +448,13 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
     (void)cudaGetLastError();
     return st;
   }
-  cudaError_t e = cudaStreamSynchronize(s->L.stream);
+  /* The read that caused this drain rides on its synchronisation. */
+  bool small = rb && rb->bytes <= BOUNCE;
+  cudaError_t e = rb ? cudaMemcpyAsync(small ? s->bounce : rb->dst, rb->src, rb->bytes,
+                                       cudaMemcpyDeviceToHost, s->L.stream)
+                     : cudaSuccess;
+  cudaError_t e2 = cudaStreamSynchronize(s->L.stream);
+  if (e == cudaSuccess) e = e2;
   if (e != cudaSuccess) {
     *failed = first;
     snprintf(msg, msgcap, "the device failed while running this drain: %s",
@@ -448,6 +464,10 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   }
   st = take_fault(s, first, failed, msg, msgcap);
   if (st != RG_OK) return st;
+  if (rb) {
+    if (small) memcpy(rb->dst, s->bounce, rb->bytes);
+    rb->done = true;
+  }
   *soft = clip_soft(ctx, first, last, failed, msg, msgcap);
   return RG_OK;
 }
