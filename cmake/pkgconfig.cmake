@@ -2,8 +2,8 @@
 #
 # The prefix is filled in at install time, not configure time, so that
 # `cmake --install build --prefix DIR` gets a .pc naming DIR. Libs.private lists what a
-# static link needs (`pkg-config --static --libs resgrad`): the BLAS, the OpenMP runtime
-# and libm, as -l flags (plus -L for directories the compiler does not search itself).
+# static link needs (`pkg-config --static --libs resgrad`): the BLAS, the OpenMP runtime,
+# cudart, cuBLASLt and libstdc++ (CUDA builds) and libm, as -l flags (plus -L for directories the compiler does not search itself).
 
 set(_pc_libs "")
 function(_rg_pc_add_lib lib)
@@ -31,6 +31,11 @@ if(RG_HAVE_CBLAS)
 endif()
 if(RG_HAVE_OPENMP)
   foreach(_l ${OpenMP_C_LIBRARIES})
+    _rg_pc_add_lib("${_l}")
+  endforeach()
+endif()
+if(RG_HAVE_CUDA)
+  foreach(_l ${RG_CUDA_LINK_LIBS})
     _rg_pc_add_lib("${_l}")
   endforeach()
 endif()
