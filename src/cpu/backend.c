@@ -56,6 +56,26 @@ static rg_status cpu_zero(rg_ctx *ctx, void *dst, size_t bytes) {
   return RG_OK;
 }
 
+/* check_finite: the first NaN or Inf among a node's float outputs. */
+static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
+  for (int j = 0; j < k->node->nout; j++) {
+    const rg_tv *o = &k->out[j];
+    if (!o->p || o->dtype == RG_I32) continue;
+    for (int64_t e = 0; e < o->n; e++) {
+      float v = o->dtype == RG_F32 ? ((const float *)o->p)[e]
+                                   : rg_bf16_to_f32(((const uint16_t *)o->p)[e]);
+      if (v - v != 0) { /* NaN or Inf */
+        snprintf(msg, msgcap, "output %d element %lld is %s (check_finite is on: this is "
+                 "the first op whose output is not finite) — look at its inputs and "
+                 "arguments, or lower the learning rate", j, (long long)e,
+                 v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+        return RG_ERR_NONFINITE;
+      }
+    }
+  }
+  return RG_OK;
+}
+
 static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
                              rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_kargs k;
@@ -72,6 +92,7 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
     rg_status st = kernels[n->op](&k);
     ctx->st.launches++;
+    if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);
     if (st != RG_OK) {
       *failed = i;
       return st;

@@ -226,6 +226,12 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
   if (!e.code) return RG_OK;
   memset(s->err_host, 0, sizeof *s->err_host);
   *failed = first + (size_t)e.node;
+  if (e.code == RG_CUDA_E_NONFINITE) {
+    snprintf(msg, cap, "output %lld element %lld is not finite (check_finite is on: this is "
+             "the first op whose output is not finite) — look at its inputs and arguments, "
+             "or lower the learning rate", e.value, e.pos);
+    return RG_ERR_NONFINITE;
+  }
   if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);
@@ -365,6 +371,7 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
     rg_status st = launchers[n->op](&k);
     ctx->st.launches++;
+    if (st == RG_OK && ctx->opt.check_finite) st = rg_cuda_check_finite(&k);
     if (st != RG_OK) {
       *failed = i;
       return st;

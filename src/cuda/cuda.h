@@ -31,7 +31,7 @@ typedef struct rg_cuda_err {
   int node;       /* index of the failing node within its drain */
   long long value, pos, limit;
 } rg_cuda_err;
-enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2 };
+enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3 };
 
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
@@ -51,6 +51,10 @@ static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch 
 #define RG_CUDA_DECL(E, n, s, ni, no) rg_status rg_cuda_##n(rg_kargs *k);
 RG_OPS(RG_CUDA_DECL)
 #undef RG_CUDA_DECL
+
+/* check_finite: raises RG_CUDA_E_NONFINITE (value = output index, pos = element) at the
+   first NaN or Inf among the node's float outputs. */
+rg_status rg_cuda_check_finite(rg_kargs *k);
 
 /* Checks the launch just made; on failure writes cudaGetErrorString to k->msg. */
 rg_status rg_cuda_check_launch(rg_kargs *k, const char *what);

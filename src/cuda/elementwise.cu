@@ -56,6 +56,33 @@ rg_cuda_shape rg_cuda_broadcast(const rg_tv *in, const rg_tv *out) {
   return s;
 }
 
+/* ---- check_finite ------------------------------------------------------------------------ */
+
+template <typename T>
+__global__ void finite_kernel(const T *p, int64_t n, int out, rg_cuda_err *err, int node) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float v = sizeof(T) == 2 ? __uint_as_float((uint32_t)p[i] << 16) : (float)p[i];
+    if (!isfinite(v)) rg_cuda_raise(err, RG_CUDA_E_NONFINITE, node, out, i, 0);
+  }
+}
+
+rg_status rg_cuda_check_finite(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  for (int j = 0; j < k->node->nout; j++) {
+    const rg_tv *o = &k->out[j];
+    if (!o->p || o->dtype == RG_I32 || o->n == 0) continue;
+    unsigned b = rg_cuda_blocks(o->n, THREADS);
+    if (o->dtype == RG_F32)
+      finite_kernel<float><<<b, THREADS, 0, L->stream>>>((const float *)o->p, o->n, j, L->err,
+                                                         L->node);
+    else
+      finite_kernel<uint16_t><<<b, THREADS, 0, L->stream>>>((const uint16_t *)o->p, o->n, j,
+                                                            L->err, L->node);
+  }
+  return rg_cuda_check_launch(k, "the finite check");
+}
+
 /* ---- upload and fill ------------------------------------------------------------------ */
 
 rg_status rg_cuda_upload(rg_kargs *k) {
