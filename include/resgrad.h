@@ -113,6 +113,7 @@ RG_API rg_status rg_error(const rg_ctx *ctx);
 /* Message of that error, owned by ctx, valid until the next clear or close; "" if none.
    It names the call, the label in force, the operand and says what to do. */
 RG_API const char *rg_errmsg(const rg_ctx *ctx);
+/* Clears the sticky error so the next one is reported. NULL is ignored. Not a barrier. */
 RG_API void rg_clear_error(rg_ctx *ctx);
 /* Sets the sticky error (if none is set) to st with a printf-formatted message, prefixed
    with the label in force, so code built on this API (layers, bindings) reports its own
@@ -124,8 +125,9 @@ RG_API rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...)
     ;
 /* Static name of a status, e.g. "RG_ERR_STALE". Never NULL. */
 RG_API const char *rg_status_str(rg_status s);
-/* "cpu" or e.g. "cuda:0 (NVIDIA H200)"; owned by ctx. */
+/* "cpu (N threads)" or e.g. "cuda:0 (NVIDIA H200)"; owned by ctx ("" for NULL). */
 RG_API const char *rg_device_name(const rg_ctx *ctx);
+/* RG_DEVICE_CPU or RG_DEVICE_CUDA: what RG_DEVICE_AUTO chose. */
 RG_API rg_device rg_device_kind(const rg_ctx *ctx);
 
 /* Labels name the work recorded under them: every error message and trace about an op
@@ -324,7 +326,8 @@ RG_API int64_t rg_optim_steps(rg_optim *opt);
    step count bit-identical) and makes the barrier that runs it report RG_ERR_NONFINITE:
    rg_read/rg_item still deliver their value and return RG_ERR_NONFINITE. No host read. */
 RG_API rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm);
-/* NULL is fine. The state stays in the persistent pool until it is reset. */
+/* Barrier (queued steps refer to opt), then frees the optimizer. NULL is fine. Its state
+   stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
 
 /* ---- checkpoints --------------------------------------------------------------------- */
@@ -380,8 +383,8 @@ typedef struct rg_stats {
   size_t queue_peak;                    /* most nodes queued at once */
 } rg_stats;
 
-/* Copies the counters into *out. Not a barrier. Peaks survive rg_stats_reset's zeroing
-   of counters only as the current values. */
+/* Copies the counters into *out. Not a barrier. rg_stats_reset zeroes every counter and
+   restarts the pool peaks from the bytes held now. Neither touches the device. */
 RG_API void rg_stats_get(const rg_ctx *ctx, rg_stats *out);
 RG_API void rg_stats_reset(rg_ctx *ctx);
 

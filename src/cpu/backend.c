@@ -56,6 +56,27 @@ static rg_status cpu_zero(rg_ctx *ctx, void *dst, size_t bytes) {
   return RG_OK;
 }
 
+void rg_cpu_bcast_strides(const rg_tv *x, const rg_tv *out, int skip, int64_t st[RG_MAX_DIMS]) {
+  int64_t s = 1;
+  for (int j = 0; j < skip; j++) s *= x->dims[x->ndim - 1 - j];
+  int lead = out->ndim - x->ndim;
+  for (int j = out->ndim - 1 - skip; j >= 0; j--) {
+    int xa = j - lead;
+    st[j] = xa < 0 || x->dims[xa] == 1 ? 0 : s;
+    if (xa >= 0) s *= x->dims[xa];
+  }
+}
+
+int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_DIMS],
+                            int64_t r) {
+  int64_t off = 0;
+  for (int j = out->ndim - 1 - skip; j >= 0; j--) {
+    off += (r % out->dims[j]) * st[j];
+    r /= out->dims[j];
+  }
+  return off;
+}
+
 /* check_finite: the first NaN or Inf among a node's float outputs. */
 static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
   for (int j = 0; j < k->node->nout; j++) {

@@ -16,6 +16,15 @@
 RG_OPS(RG_CPU_DECL)
 #undef RG_CPU_DECL
 
+/* Broadcasting (numpy, right-aligned): st[j] is the element stride of x along out's axis
+   j for the axes before out's last `skip` (x's last `skip` axes form one block), 0 where
+   x is broadcast; rg_cpu_bcast_offset turns an index r over those leading axes of out
+   into x's element offset. Binary ops use skip 0 (offsets of rows: skip 1), batched
+   matmul skip 2. */
+void rg_cpu_bcast_strides(const rg_tv *x, const rg_tv *out, int skip, int64_t st[RG_MAX_DIMS]);
+int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_DIMS],
+                            int64_t r);
+
 /* C[M,N] = op(A) op(B) (+ C if accumulate), row-major with leading dimensions; BLAS
    sgemm when the build found one, the built-in blocked GEMM otherwise. */
 void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,

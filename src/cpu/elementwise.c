@@ -66,30 +66,6 @@ static void bin_span(int op, const float *a, int64_t sa, const float *b, int64_t
   }
 }
 
-/* Strides (in elements) of x seen through out's axes: 0 where x is broadcast. */
-static void bcast_strides(const rg_tv *x, const rg_tv *out, int64_t st[RG_MAX_DIMS]) {
-  int64_t s = 1;
-  int lead = out->ndim - x->ndim;
-  for (int j = out->ndim - 1; j >= 0; j--) {
-    int xa = j - lead;
-    if (xa < 0 || x->dims[xa] == 1) {
-      st[j] = 0;
-    } else {
-      st[j] = s;
-      s *= x->dims[xa];
-    }
-  }
-}
-
-/* Offset of x's element for out's row r (all axes but the last). */
-static int64_t row_offset(const rg_tv *out, const int64_t st[RG_MAX_DIMS], int64_t r) {
-  int64_t off = 0;
-  for (int j = out->ndim - 2; j >= 0; j--) {
-    off += (r % out->dims[j]) * st[j];
-    r /= out->dims[j];
-  }
-  return off;
-}
 
 /* True when v holds out's last axis and nothing else ([C], [1,C], ...). */
 static bool is_trailing_vector(const rg_tv *v, const rg_tv *out) {
@@ -124,14 +100,14 @@ static void bin_rowvec(int op, const float *full, const float *v, bool v_first, 
 static void bin_general(int op, const rg_tv *a, const rg_tv *b, const rg_tv *o, int threads) {
   (void)threads; /* read only by OpenMP pragmas */
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
-  bcast_strides(a, o, sa);
-  bcast_strides(b, o, sb);
+  rg_cpu_bcast_strides(a, o, 0, sa);
+  rg_cpu_bcast_strides(b, o, 0, sb);
   int64_t C = o->dims[o->ndim - 1], rows = o->n / C;
   const float *pa = a->p, *pb = b->p;
   float *po = o->p;
 #pragma omp parallel for num_threads(threads) if(o->n > EW_CHUNK) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
-    bin_span(op, pa + row_offset(o, sa, r), sa[o->ndim - 1], pb + row_offset(o, sb, r),
+    bin_span(op, pa + rg_cpu_bcast_offset(o, 1, sa, r), sa[o->ndim - 1], pb + rg_cpu_bcast_offset(o, 1, sb, r),
              sb[o->ndim - 1], po + r * C, C);
   }
 }

@@ -213,29 +213,6 @@ void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
-/* Element strides of x's matrices along out's batch axes (0 where x is broadcast). */
-static void batch_strides(const rg_tv *x, const rg_tv *o, int64_t st[RG_MAX_DIMS]) {
-  int nb = o->ndim - 2, lead = o->ndim - x->ndim;
-  int64_t s = x->dims[x->ndim - 1] * x->dims[x->ndim - 2];
-  for (int j = nb - 1; j >= 0; j--) {
-    int xa = j - lead;
-    if (xa < 0 || x->dims[xa] == 1) {
-      st[j] = 0;
-    } else {
-      st[j] = s;
-      s *= x->dims[xa];
-    }
-  }
-}
-
-static int64_t batch_offset(const rg_tv *o, const int64_t st[RG_MAX_DIMS], int64_t b) {
-  int64_t off = 0;
-  for (int j = o->ndim - 3; j >= 0; j--) {
-    off += (b % o->dims[j]) * st[j];
-    b /= o->dims[j];
-  }
-  return off;
-}
 
 rg_status rg_cpu_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
@@ -245,8 +222,8 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   int64_t lda = ta ? M : K, ldb = tb ? K : N;
   int64_t nbatch = (M > 0 && N > 0) ? o->n / (M * N) : 0;
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
-  batch_strides(a, o, sa);
-  batch_strides(b, o, sb);
+  rg_cpu_bcast_strides(a, o, 2, sa);
+  rg_cpu_bcast_strides(b, o, 2, sb);
   const float *pa = a->p, *pb = b->p;
   float *po = o->p;
   int nt = nthreads(k);
@@ -254,7 +231,7 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
 #pragma omp parallel for num_threads(nt) if(by_batch) schedule(static)
   for (int64_t bi = 0; bi < nbatch; bi++) {
-    rg_cpu_gemm(ta, tb, M, N, K, pa + batch_offset(o, sa, bi), lda, pb + batch_offset(o, sb, bi),
+    rg_cpu_gemm(ta, tb, M, N, K, pa + rg_cpu_bcast_offset(o, 2, sa, bi), lda, pb + rg_cpu_bcast_offset(o, 2, sb, bi),
                 ldb, po + bi * M * N, N, 0, by_batch ? 1 : nt);
   }
   return RG_OK;
