@@ -284,7 +284,8 @@ RG_API rg_tensor rg_detach(rg_ctx *ctx, rg_tensor x);
 /* Records the backward pass of a one-element loss: gradient nodes go through the same op
    table, so nothing runs until a barrier. Parameter gradients (persistent) accumulate
    across calls until rg_zero_grad. A loss with more than one element or no gradient
-   path: MISUSE. Not a barrier. */
+   path: MISUSE. If it fails part-way (RG_ERR_OOM), nothing it recorded stays queued, so
+   no gradient is half-accumulated and the step can be retried. Not a barrier. */
 RG_API rg_status rg_backward(rg_ctx *ctx, rg_tensor loss);
 /* The gradient of t: for a parameter its persistent buffer; for another tensor the pass
    gradient the last rg_backward recorded (MISUSE if it recorded none). */

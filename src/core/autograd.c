@@ -233,6 +233,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
                     "nothing to differentiate");
   rg_pool_s *pass = &ctx->pool[RG_POOL_PASS];
   for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = 0;
+  size_t n0 = ctx->n_nodes;
   /* Set aside an earlier sticky error so a failure here is seen; the first one is put
      back afterwards (it stays the one reported). */
   rg_status err0 = ctx->err;
@@ -269,6 +270,13 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   }
   rg_label_pop(ctx);
   ctx->no_grad--;
+  if (st != RG_OK) {
+    /* A failed backward must not half-run: drop what it queued (parameter gradients
+       would otherwise accumulate part of it at the next barrier) and the gradients it
+       named. Only a check-mode or guard drain can have run some of it already. */
+    ctx->n_nodes = n0 > ctx->q_head ? n0 : ctx->q_head;
+    for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = 0;
+  }
   if (err0 != RG_OK) {
     ctx->err = err0;
     memcpy(ctx->errmsg, msg0, sizeof msg0);
