@@ -93,6 +93,9 @@ typedef struct rg_options {
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback) */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr.
                               Env RG_TRACE=1 does the same. */
+  int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
+                              about 10 bits of mantissa in the products, f32 accumulation),
+                              as PyTorch's allow_tf32. The CPU ignores it. */
   int check_finite;        /* 1: after each node, check its outputs; the first NaN or Inf
                               fails the drain with RG_ERR_NONFINITE naming the op and its
                               label. Off (and free) by default. Env RG_CHECK_FINITE=1. */

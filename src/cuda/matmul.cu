@@ -2,8 +2,8 @@
  * matmul.cu - matmul (batched, broadcast, transpose flags) and linear through cuBLASLt.
  *
  * Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T = B^T A^T, so every call passes B
- * first. Strict FP32 compute (CUBLAS_COMPUTE_32F): results match the CPU to float
- * rounding. A batch whose operands are each either full or a single matrix is one
+ * first. Strict FP32 compute (CUBLAS_COMPUTE_32F) by default, so results match the CPU
+ * to float rounding; rg_options.tf32 selects CUBLAS_COMPUTE_32F_FAST_TF32. A batch whose operands are each either full or a single matrix is one
  * strided-batched call (stride 0 broadcasts); any other broadcast loops per batch.
  */
 #include "cuda.h"
@@ -47,7 +47,8 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   int32_t batch = (int32_t)g->batch;
   int64_t sx = g->sb, sy = g->sa, sc = g->sc;
   cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  LT_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasComputeType_t compute = k->ctx->opt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LT_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""compare.py - resgrad against PyTorch on the reference workloads, in one run.
+
+Runs bench/workloads (resgrad) and torch_ref.py (PyTorch) on the same machine, one after
+the other, and prints a table of step times and ratios (PyTorch time / resgrad time:
+higher is better for resgrad). Every JSON line both programs print is kept in --log.
+
+usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
+           [--workloads mlp-small,gpt-char] [--modes f32,tf32] [--steps 50] [--log FILE]
+
+Modes: resgrad f32 is compared with PyTorch eager-fp32; resgrad tf32 with eager-tf32 and
+compile-ro (torch.compile reduce-overhead, which runs TF32 as well).
+"""
+import argparse, json, subprocess, sys
+
+TORCH_MODES = {"f32": ["eager-fp32"], "tf32": ["eager-tf32", "compile-ro"]}
+
+
+def run(cmd, log):
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    rows = []
+    for line in p.stdout.splitlines():
+        log.write(line + "\n")
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    if p.returncode != 0:
+        print(p.stderr, file=sys.stderr)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch-ref", required=True)
+    ap.add_argument("--bin", default="build-gpu/workloads")
+    ap.add_argument("--workloads", default="mlp-small,gpt-char")
+    ap.add_argument("--modes", default="f32,tf32")
+    ap.add_argument("--steps", default="50")
+    ap.add_argument("--log", default="compare.jsonl")
+    a = ap.parse_args()
+    works, modes = a.workloads.split(","), a.modes.split(",")
+    ours, theirs = {}, {}
+    with open(a.log, "w") as log:
+        for m in modes:
+            for r in run([a.bin, "--device", "cuda", "--mode", m, "--steps", a.steps,
+                          "--warm", "10"] + works, log):
+                ours[(r["work"], r["mode"])] = r
+        plan = ["%s:%s" % (w, ",".join(t for m in modes for t in TORCH_MODES[m])) for w in works]
+        for r in run([sys.executable, a.torch_ref] + plan, log):
+            if "work" in r and "ms_median" in r:
+                theirs[(r["work"], r["mode"])] = r
+    print("| workload | mode | resgrad ms | PyTorch mode | PyTorch ms | ratio |")
+    print("|---|---|---|---|---|---|")
+    for w in works:
+        for m in modes:
+            o = ours.get((w, m))
+            for t in TORCH_MODES[m]:
+                p = theirs.get((w, t))
+                if not o or not p:
+                    print("| %s | %s | %s | %s | %s | - |" % (w, m, o and o["ms_median"], t,
+                                                              p and p["ms_median"]))
+                    continue
+                print("| %s | %s | %.3f | %s | %.3f | %.2fx |" % (
+                    w, m, o["ms_median"], t, p["ms_median"], p["ms_median"] / o["ms_median"]))
+
+
+if __name__ == "__main__":
+    main()
