@@ -1,0 +1,216 @@
+/*
+ * test_train.c - the resgrad-train program, run as a user runs it (the built binary,
+ * through popen), on tiny models so the whole test takes seconds.
+ *
+ * What is checked:
+ *  - resume is exact: 2N steps in one run and N steps + --save + --resume for the other N
+ *    print the same final and held-out losses, to the last bit (%.9g of a float);
+ *  - the same with the options taken from the checkpoint (--resume alone);
+ *  - errors are one line on stderr with the documented exit code: 2 for a bad option
+ *    value or an unknown option, 1 for a missing file or a checkpoint of another model
+ *    shape (rg_load's message) or of another head count (resgrad-train's own check);
+ *  - --plot writes a complete SVG with both curves, axis titles and a legend;
+ *  - --text trains, samples, saves, and a text checkpoint samples again without the file.
+ *
+ * The program is found next to this test's executable (CMake puts both in the build
+ * directory); the test is skipped (77) when it was not built (RG_BUILD_TOOLS=OFF).
+ * ctest runs it in build/tests/test_train, where it writes its files.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static char prog[4096];
+
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      failures++;                                                     \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fputc('\n', stderr);                                            \
+    }                                                                 \
+  } while (0)
+
+/* A small, fast model: every run below trains this unless it says otherwise. */
+#define TINY "--layers 1 --width 32 --heads 2 --batch 16 --eval 64 --eval-every 10 --lr 0.01"
+
+typedef struct result {
+  int code;           /* exit status, -1 if it did not exit normally */
+  char out[1 << 16];  /* stdout */
+  char err[1 << 14];  /* stderr */
+} result;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+  buf[n] = 0;
+  if (f) fclose(f);
+}
+
+/* Runs the program with args (a shell fragment) and collects what it printed. */
+static void run(result *r, const char *fmt, ...) {
+  char args[1024], cmd[6000];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "'%s' %s >out.txt 2>err.txt", prog, args);
+  int st = system(cmd);
+  r->code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  slurp("out.txt", r->out, sizeof r->out);
+  slurp("err.txt", r->err, sizeof r->err);
+}
+
+/* The rest of the line of out that starts with key, or "" (copied into buf). */
+static const char *line_after(const char *out, const char *key, char *buf, size_t cap) {
+  const char *p = strstr(out, key);
+  buf[0] = 0;
+  if (!p) return buf;
+  p += strlen(key);
+  size_t n = strcspn(p, "\n");
+  if (n >= cap) n = cap - 1;
+  memcpy(buf, p, n);
+  buf[n] = 0;
+  return buf;
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* An error run: the exit code, and exactly one line on stderr that mentions what. */
+static void expect_error(int code, const char *what, const char *args) {
+  result *r = malloc(sizeof *r);
+  run(r, "%s", args);
+  CHECK(r->code == code, "'%s' exited %d, expected %d; stderr: %s", args, r->code, code, r->err);
+  CHECK(count_lines(r->err) == 1, "'%s' printed %d lines on stderr: %s", args,
+        count_lines(r->err), r->err);
+  CHECK(strstr(r->err, what) != NULL, "'%s': stderr lacks \"%s\": %s", args, what, r->err);
+  free(r);
+}
+
+static void test_help(result *r) {
+  run(r, "--help");
+  CHECK(r->code == 0, "--help exited %d", r->code);
+  const char *opts[] = {"--text", "--steps", "--batch", "--lr", "--layers", "--width",
+                        "--heads", "--seed", "--device", "--save", "--resume", "--plot",
+                        "--sample", "--help"};
+  for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+    CHECK(strstr(r->out, opts[i]) != NULL, "--help does not list %s", opts[i]);
+  CHECK(strstr(r->out, "(default ") != NULL, "--help shows no defaults:\n%s", r->out);
+}
+
+static void test_usage_errors(void) {
+  expect_error(2, "--steps", "--steps abc");
+  expect_error(2, "--width", "--width 0");
+  expect_error(2, "--width", "--width 30 --heads 4");
+  expect_error(2, "--lr", "--lr -1");
+  expect_error(2, "--bogus", "--bogus 3");
+  expect_error(2, "--device", "--device tpu");
+  expect_error(2, "--steps", "--steps");
+  expect_error(1, "no-such-file.txt", "--text no-such-file.txt");
+  expect_error(1, "no-such-checkpoint.st", "--resume no-such-checkpoint.st");
+}
+
+/* 40 steps at once, 20 + 20 through a checkpoint, and 20 + --resume alone. */
+static void test_resume_exact(result *r) {
+  char full_loss[128], full_ho[128], got[128], got_ho[128];
+  run(r, TINY " --steps 40");
+  CHECK(r->code == 0, "the full run exited %d: %s", r->code, r->err);
+  line_after(r->out, "final loss ", full_loss, sizeof full_loss);
+  line_after(r->out, "held-out loss ", full_ho, sizeof full_ho);
+  CHECK(strstr(full_loss, "at step 40") != NULL, "no final loss at step 40 in:\n%s", r->out);
+
+  run(r, TINY " --steps 40 --stop-at 20 --save half.st");
+  CHECK(r->code == 0, "the first half exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "at step 20") != NULL, "the first half did not stop at 20:\n%s", r->out);
+
+  run(r, TINY " --steps 40 --resume half.st");
+  CHECK(r->code == 0, "the resumed run exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "trained steps 20..40") != NULL, "resumed at the wrong step:\n%s", r->out);
+  CHECK(!strcmp(line_after(r->out, "final loss ", got, sizeof got), full_loss),
+        "resumed final loss '%s' != uninterrupted '%s'", got, full_loss);
+  CHECK(!strcmp(line_after(r->out, "held-out loss ", got_ho, sizeof got_ho), full_ho),
+        "resumed held-out loss '%s' != uninterrupted '%s'", got_ho, full_ho);
+
+  run(r, "--resume half.st"); /* model, schedule and seed from the checkpoint */
+  CHECK(r->code == 0, "--resume alone exited %d: %s", r->code, r->err);
+  CHECK(!strcmp(line_after(r->out, "final loss ", got, sizeof got), full_loss),
+        "--resume alone: final loss '%s' != uninterrupted '%s'", got, full_loss);
+}
+
+static void test_wrong_model(void) {
+  /* other shapes: rg_load refuses and says which tensor */
+  expect_error(1, "cannot resume", "--resume half.st --width 64");
+  /* same shapes, other head count: only the config metadata can tell */
+  expect_error(1, "heads=4", "--resume half.st --heads 4");
+  /* a model of addition is not a model of text */
+  expect_error(2, "--text", "--resume half.st --text tiny.txt");
+}
+
+static void test_plot(result *r) {
+  char svg[1 << 16];
+  run(r, TINY " --steps 20 --plot loss.svg");
+  CHECK(r->code == 0, "--plot run exited %d: %s", r->code, r->err);
+  slurp("loss.svg", svg, sizeof svg);
+  CHECK(!strncmp(svg, "<?xml", 5), "loss.svg does not start with an XML declaration");
+  CHECK(strstr(svg, "</svg>\n") != NULL, "loss.svg is not complete");
+  CHECK(strstr(svg, "<polyline") != NULL, "loss.svg has no curve");
+  CHECK(strstr(svg, "training loss") && strstr(svg, "held-out loss"), "loss.svg has no legend");
+  CHECK(strstr(svg, ">step</text>") != NULL, "loss.svg has no x-axis title");
+}
+
+static void test_text(result *r) {
+  FILE *f = fopen("tiny.txt", "w");
+  CHECK(f != NULL, "cannot write tiny.txt");
+  if (!f) return;
+  for (int i = 0; i < 200; i++) fputs("the quick brown fox jumps over the lazy dog.\n", f);
+  fclose(f);
+  run(r, TINY " --text tiny.txt --block 16 --steps 30 --sample 40 --save text.st");
+  CHECK(r->code == 0, "--text run exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "bits/byte") != NULL, "--text printed no held-out loss:\n%s", r->out);
+  const char *s = strstr(r->out, "--- sample");
+  CHECK(s != NULL, "--text printed no sample:\n%s", r->out);
+  run(r, "--resume text.st --sample 25"); /* the vocabulary comes from the checkpoint */
+  CHECK(r->code == 0, "sampling a text checkpoint exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "--- sample: 25 bytes") != NULL, "no sample from the checkpoint:\n%s",
+        r->out);
+  f = fopen("short.txt", "w");
+  if (f) {
+    fputs("too short", f);
+    fclose(f);
+  }
+  expect_error(1, "short.txt", "--text short.txt");
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  const char *slash = strrchr(argv[0], '/');
+  int dir = slash ? (int)(slash - argv[0]) : 1;
+  snprintf(prog, sizeof prog, "%.*s/resgrad-train", dir, slash ? argv[0] : ".");
+  if (access(prog, X_OK)) {
+    printf("SKIP: %s was not built (RG_BUILD_TOOLS=OFF?)\n", prog);
+    return 77;
+  }
+  result *r = malloc(sizeof *r);
+  if (!r) return 1;
+  test_help(r);
+  test_usage_errors();
+  test_resume_exact(r);
+  test_text(r);
+  test_wrong_model();
+  test_plot(r);
+  free(r);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("test_train: all checks passed\n");
+  return failures ? 1 : 0;
+}
