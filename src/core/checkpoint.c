@@ -459,11 +459,14 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     bool shape_ok = t.ndim == ti->ndim;
     for (int d = 0; shape_ok && d < t.ndim; d++) shape_ok = t.shape[d] == (uint64_t)ti->dims[d];
     if (strcmp(t.dtype, st_dtype(ti->dtype)) || !shape_ok) {
-      char want[96];
+      char want[96], have[96];
+      int64_t fd[RG_MAX_DIMS + 1];
+      for (int d = 0; d < t.ndim; d++) fd[d] = (int64_t)t.shape[d];
       rg__fmt_shape(want, sizeof want, ti->ndim, ti->dims);
-      snprintf(why, cap, "tensor \"%.200s\" is %s with %d axes in the file but %s %s here "
-               "(a checkpoint of a different model?)", name, t.dtype, t.ndim,
-               st_dtype(ti->dtype), want);
+      rg__fmt_shape(have, sizeof have, t.ndim, fd);
+      snprintf(why, cap, "tensor \"%.200s\" is %s %s in the file but %s %s here (a "
+               "checkpoint of a different model?)", name, t.dtype, have, st_dtype(ti->dtype),
+               want);
       return why;
     }
     if (t.off[0] > t.off[1] || t.off[1] > data_len || t.off[1] - t.off[0] != ti->nbytes) {
