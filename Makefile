@@ -4,8 +4,10 @@
 #   make test       configure, build, run every test with ctest (all cores)
 #   make sanitize   the same in build-asan/ with ASan + UBSan on everything
 #   make bench      build and run bench/*
+#   make fuzz       build-fuzz/ with Clang + libFuzzer + ASan + UBSan; run each
+#                   tests/fuzz/fuzz_<name> for FUZZ_SECONDS (default 60) from its corpus
 #   make install    install to PREFIX (default /usr/local)
-#   make clean      remove build/ and build-asan/
+#   make clean      remove build/, build-asan/ and build-fuzz/
 #
 # Extra CMake options go in CMAKE_FLAGS, e.g. make test CMAKE_FLAGS=-DRG_BLAS=OFF.
 # Arguments for the main job go in ARGS, e.g. make run ARGS="--steps 500"; another
@@ -13,6 +15,10 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_CC    ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS ?=
 PREFIX     ?= /usr/local
 CMAKE      ?= cmake
 CTEST      ?= ctest
@@ -23,7 +29,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null
 # The main job: tools/resgrad-train when it exists, else the MLP example.
 MAIN ?= $(if $(wildcard tools/resgrad-train.c),resgrad-train,mlp)
 
-.PHONY: all configure build run test sanitize bench install clean
+.PHONY: all configure build run test sanitize fuzz bench install clean
 
 all: build
 
@@ -46,6 +52,28 @@ sanitize:
 	$(CMAKE) --build $(ASAN_BUILD) --parallel $(JOBS)
 	$(CTEST) --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)
 
+# Each fuzzer starts from its committed corpus (tests/fuzz/corpus/<name>, read only) and
+# keeps what it finds in $(FUZZ_BUILD)/corpus/<name>; a crash, sanitizer report, leak or
+# timeout stops it, leaves the input in $(FUZZ_BUILD)/artifacts/ and fails the target.
+# Replay one with $(FUZZ_BUILD)/fuzz_<name> FILE (or build/fuzz_<name>_replay FILE).
+# Extra libFuzzer flags go in FUZZ_FLAGS, e.g. FUZZ_FLAGS=-jobs=2.
+fuzz:
+	CC=$(FUZZ_CC) $(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DRG_FUZZ=ON -DRG_CUDA=OFF -DRG_OPENMP=OFF \
+	  -DRG_BLAS=OFF -DRG_BUILD_TESTS=OFF -DRG_BUILD_EXAMPLES=OFF -DRG_BUILD_TOOLS=OFF \
+	  $(CMAKE_FLAGS)
+	$(CMAKE) --build $(FUZZ_BUILD) --parallel $(JOBS) --target rg_fuzzers
+	@set -e; mkdir -p $(FUZZ_BUILD)/artifacts; \
+	for src in tests/fuzz/fuzz_*.c; do \
+	  name=$$(basename $$src .c); name=$${name#fuzz_}; \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
+	  seeds=tests/fuzz/corpus/$$name; [ -d $$seeds ] || seeds=; \
+	  echo "==== fuzz_$$name for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz_$$name -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/fuzz_$$name- \
+	    $(FUZZ_FLAGS) $(FUZZ_BUILD)/corpus/$$name $$seeds; \
+	done
+
 bench: configure
 	$(CMAKE) --build $(BUILD) --parallel $(JOBS) --target rg_bench
 
@@ -56,4 +84,4 @@ install:
 	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
