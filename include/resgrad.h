@@ -163,8 +163,9 @@ RG_API void rg_set_training(rg_ctx *ctx, int training);
    upload is queued and counted in stats (site RG_SITE_INPUT). host == NULL: MISUSE. */
 RG_API rg_tensor rg_input(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *dims,
                           const void *host);
-/* A parameter: persistent, requires grad, named (unique, non-empty; checkpoints use the
-   name) and filled as init says. Its gradient buffer is made with it, zeroed. */
+/* A parameter: persistent, requires grad, named (unique, 1 to 255 bytes; checkpoints use
+   the name, so "__metadata__" and names starting with "optim." are reserved) and filled
+   as init says. Its gradient buffer is made with it, zeroed. */
 RG_API rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dtype, int ndim,
                           const int64_t *dims, rg_init init);
 /* Barrier, then copies the tensor's bytes to dst. bytes must equal its size exactly,

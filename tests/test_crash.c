@@ -15,9 +15,9 @@
  *    and the metadata says the same g (never two generations mixed);
  *  - g is the last save the child reported or the one after it (a save may complete
  *    before its report), and generations never go back;
- *  - the directory holds nothing but the checkpoint and "<path>.tmp.<pid>" files left by
+ *  - the directory holds nothing but the checkpoint and "<path>.tmp.<pid>.<context>.<call>" files left by
  *    killed savers; those never break a later save or load (checked with a stale temp
- *    file at the name the parent's own save uses, larger than a checkpoint), and are
+ *    file next to the parent's own save, larger than a checkpoint), and are
  *    removed at the end.
  *
  * A killed process loses nothing the kernel already has, so this checks the ordering of
@@ -176,11 +176,23 @@ static long check_file(rg_ctx *ctx, rg_tensor *p, float *buf, const char *what) 
 static int is_tmp_name(const char *name, const char *base) {
   size_t n = strlen(base);
   if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5)) return 0;
-  const char *d = name + n + 5;
+  const char *d = name + n + 5; /* "<pid>.<context>.<call>": digits, hex and dots */
   if (!*d) return 0;
   for (; *d; d++)
-    if (*d < '0' || *d > '9') return 0;
+    if (!strchr("0123456789abcdef.", *d)) return 0;
   return 1;
+}
+
+/* Is there a temp file "<base>.tmp.<pid>.*" of process pid in dir? */
+static int has_tmp_of(const char *base, long pid) {
+  char pre[700];
+  snprintf(pre, sizeof pre, "%s.tmp.%ld.", base, pid);
+  DIR *d = opendir(dir);
+  int found = 0;
+  for (struct dirent *e; d && (e = readdir(d)) && !found;)
+    found = !strncmp(e->d_name, pre, strlen(pre));
+  if (d) closedir(d);
+  return found;
 }
 
 /* Counts the temp files in dir; fails on anything that is neither one nor the checkpoint.
@@ -298,9 +310,7 @@ int main(void) {
     close(fds[0]);
     done++;
     last ? some++ : none++;
-    char own[700];
-    snprintf(own, sizeof own, "%s.tmp.%ld", path, (long)pid);
-    if (access(own, F_OK) == 0) mid++;
+    if (has_tmp_of(base, (long)pid)) mid++;
 
     char what[64];
     snprintf(what, sizeof what, "iteration %d (after %d saves)", it,
@@ -348,7 +358,9 @@ int main(void) {
       CHECK_ST(ctx, rg_write(ctx, p[i], buf, sizeof(float) * (size_t)pnumel[i]), RG_OK);
     CHECK_ST(ctx, rg_meta_set(ctx, "gen", v), RG_OK);
     CHECK_ST(ctx, rg_save(ctx, path, NULL), RG_OK);
-    CHECK(access(own, F_OK) != 0, "the save's own temp file %s is gone after the save", own);
+    /* Saves use a fresh name per call (created with O_EXCL), so a stale file is left
+       alone and never mixed into a checkpoint. */
+    CHECK(access(own, F_OK) == 0, "the stale temp file %s is left alone", own);
     for (int i = 0; i < NP; i++) { /* scribble, so the load below must really restore */
       memset(buf, 0, sizeof(float) * (size_t)pnumel[i]);
       CHECK_ST(ctx, rg_write(ctx, p[i], buf, sizeof(float) * (size_t)pnumel[i]), RG_OK);
@@ -357,7 +369,8 @@ int main(void) {
           "the parent's save holds generation %ld", g);
   }
   int removed = scan_dir(base, 1);
-  CHECK(removed == tmps, "temp files: %d seen, %d removed", tmps, removed);
+  CHECK(removed == tmps + !failed(), "temp files: %d seen (+1 stale), %d removed", tmps,
+        removed);
   unlink(path);
   CHECK(rmdir(dir) == 0, "rmdir %s: %s", dir, strerror(errno));
 

@@ -218,13 +218,20 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
     return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the header");
   }
   size_t plen = strlen(path);
-  char *tmp = rg__malloc(ctx, plen + 32);
+  char *tmp = rg__malloc(ctx, plen + 64);
   if (!tmp) {
     rg__free(ctx, h.p);
     return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory");
   }
-  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  /* Unique per process, context and call, and created exclusively: two contexts (or
+     threads) saving to one path never share a temporary file. */
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 100; tries++) { /* a stale file may hold a name */
+    snprintf(tmp, plen + 64, "%s.tmp.%ld.%lx.%llu", path, (long)getpid(),
+             (unsigned long)(uintptr_t)ctx, (unsigned long long)++ctx->saves);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   rg_status st = fd < 0 ? RG_ERR_IO : RG_OK;
   const char *why = fd < 0 ? strerror(errno) : "";
   unsigned char len[8];
@@ -320,9 +327,10 @@ static bool jstr(jr *j, char *out, size_t cap) {
         for (int i = 0; i < 4; i++) {
           if (j->p >= j->end) return jfail(j, "truncated \\u escape");
           char h = *j->p++;
-          v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                  : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-          if (v > 0xffff) return jfail(j, "bad \\u escape");
+          int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+          if (d < 0) return jfail(j, "bad \\u escape");
+          v = v * 16 + (unsigned)d;
         }
         if (v == 0 || v >= 0x80) return jfail(j, "unsupported \\u escape in a name");
         c = (char)v;
@@ -344,6 +352,8 @@ static bool jstr(jr *j, char *out, size_t cap) {
 static bool juint(jr *j, uint64_t *v) {
   ws(j);
   if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jfail(j, "expected a number");
+  if (*j->p == '0' && j->p + 1 < j->end && j->p[1] >= '0' && j->p[1] <= '9')
+    return jfail(j, "a number has a leading zero");
   uint64_t x = 0;
   while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
     if (x > (UINT64_MAX - 9) / 10) return jfail(j, "a number is too large");
@@ -424,6 +434,8 @@ static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
 
 /* ---- load ----------------------------------------------------------------------------------- */
 
+static const char oom_msg[] = "out of host memory";
+
 static int cmp_begin(const void *a, const void *b) {
   const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
   return x->begin < y->begin ? -1 : x->begin > y->begin;
@@ -489,17 +501,22 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
       return why;
     }
   entry **by = rg__malloc(ctx, sizeof *by * (size_t)(n ? n : 1));
-  if (!by) return "out of host memory";
+  if (!by) return oom_msg;
   for (int k = 0; k < n; k++) by[k] = &e[k];
   qsort(by, (size_t)n, sizeof *by, cmp_begin);
+  /* Sorted by start, a non-empty tensor overlaps an earlier one exactly when it starts
+     before the furthest end so far (empty tensors occupy nothing and are skipped). */
   const char *r = "";
-  for (int k = 1; k < n; k++)
-    if (by[k]->begin < by[k - 1]->end && by[k]->end > by[k]->begin) {
-      snprintf(why, cap, "tensors \"%.100s\" and \"%.100s\" overlap", by[k - 1]->name,
-               by[k]->name);
+  const entry *far = NULL;
+  for (int k = 0; k < n; k++) {
+    if (by[k]->end == by[k]->begin) continue;
+    if (far && by[k]->begin < far->end) {
+      snprintf(why, cap, "tensors \"%.100s\" and \"%.100s\" overlap", far->name, by[k]->name);
       r = why;
       break;
     }
+    if (!far || by[k]->end > far->end) far = by[k];
+  }
   rg__free(ctx, by);
   return r;
 }
@@ -519,6 +536,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   entry *e = collect(ctx, opt, &n, call);
   char *hdr = NULL, why[512] = "";
   const char *bad = NULL;
+  rg_status bad_st = RG_ERR_IO; /* OOM only where the loader's own allocation failed */
   unsigned char lb[8];
   uint64_t hlen = 0, fsize = 0;
   void **data = NULL;
@@ -539,18 +557,19 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
              (unsigned long long)hlen, (unsigned long long)fsize);
     bad = why;
   }
-  if (!bad && !(hdr = rg__malloc(ctx, (size_t)hlen))) bad = "out of host memory";
+  if (!bad && !(hdr = rg__malloc(ctx, (size_t)hlen))) bad = "out of host memory", bad_st = RG_ERR_OOM;
   if (!bad && !read_exact(f, hdr, (size_t)hlen)) bad = "the header is truncated";
   if (!bad) {
     jr j = {hdr, hdr + hlen, ""};
     const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, &md, why, sizeof why);
-    if (*r) bad = r == why ? why : (snprintf(why, sizeof why, "bad header: %s", r), why);
+    if (r == oom_msg) bad = oom_msg, bad_st = RG_ERR_OOM;
+    else if (*r) bad = r == why ? why : (snprintf(why, sizeof why, "bad header: %s", r), why);
   }
   /* Everything is read before anything is changed. */
-  if (!bad && !(data = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *data))) bad = "out of host memory";
+  if (!bad && !(data = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *data))) bad = "out of host memory", bad_st = RG_ERR_OOM;
   for (int k = 0; !bad && k < n; k++) {
     size_t sz = (size_t)(e[k].end - e[k].begin);
-    if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory";
+    if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory", bad_st = RG_ERR_OOM;
     else if (fseek(f, (long)(8 + hlen + e[k].begin), SEEK_SET) != 0 || !read_exact(f, data[k], sz))
       bad = "the data section is truncated";
   }
@@ -578,7 +597,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     meta_free(ctx, md.m, md.n);
   }
   if (bad)
-    return rg__fail(ctx, strstr(bad, "out of host memory") ? RG_ERR_OOM : RG_ERR_IO, call,
+    return rg__fail(ctx, bad_st, call,
                     "\"%s\" was not loaded: %s; nothing was changed", path, bad);
   if (st != RG_OK) return rg__fail(ctx, st, call, "upload failed while loading \"%s\"", path);
   return RG_OK;

@@ -160,6 +160,7 @@ struct rg_ctx {
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
+  uint64_t saves;          /* rg_save calls: part of each temporary file's name */
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */
   int nmeta, capmeta;      /* entries (pairs) */
   rg_stats st;

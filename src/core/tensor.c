@@ -267,6 +267,11 @@ rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dt, int ndim, const i
   if (!name || !*name)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_param", "name is empty; parameters need a unique "
                     "name for checkpoints"), RG_NONE;
+  if (strlen(name) > 255 || !strcmp(name, "__metadata__") || !strncmp(name, "optim.", 6))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_param", "the name \"%.40s%s\" is reserved or too "
+                    "long: names are at most 255 bytes, and \"__metadata__\" and names starting "
+                    "with \"optim.\" belong to checkpoints", name, strlen(name) > 40 ? "..." : ""),
+           RG_NONE;
   if (dt != RG_F32)
     return rg__fail(ctx, dt == RG_BF16 ? RG_ERR_UNSUPPORTED : RG_ERR_MISUSE, "rg_param",
                     "parameter \"%s\" has dtype %s; parameters are F32 master weights — "
