@@ -10,13 +10,20 @@
 #include <math.h>
 #include <string.h>
 
+static rg_status no_loss(rg_ctx *ctx) {
+  if (ctx->err != RG_OK) return ctx->err;
+  return rg__fail(ctx, RG_ERR_MISUSE, "rg_gradcheck", "the loss function returned RG_NONE "
+                  "without an error; it must return a one-element F32 loss built from the "
+                  "parameters");
+}
+
 static rg_status eval(rg_ctx *ctx, rg_loss_fn fn, void *user, uint64_t step, double *loss) {
   rg_status st = rg_step_begin(ctx);
   ctx->step = step;
   if (st != RG_OK) return st;
   float l = 0;
   rg_tensor t = fn(ctx, user);
-  if (!t.id) return ctx->err != RG_OK ? ctx->err : RG_ERR_MISUSE;
+  if (!t.id) return no_loss(ctx);
   st = rg_item(ctx, t, &l);
   *loss = l;
   return st;
@@ -36,7 +43,7 @@ rg_status rg_gradcheck(rg_ctx *ctx, rg_loss_fn fn, void *user, double eps, int64
   if (st == RG_OK) st = rg_step_begin(ctx);
   ctx->step = step;
   rg_tensor loss = st == RG_OK ? fn(ctx, user) : RG_NONE;
-  if (st == RG_OK) st = loss.id ? rg_backward(ctx, loss) : (ctx->err ? ctx->err : RG_ERR_MISUSE);
+  if (st == RG_OK) st = loss.id ? rg_backward(ctx, loss) : no_loss(ctx);
   if (st == RG_OK) st = rg_sync(ctx);
   for (int p = 0; st == RG_OK && p < ctx->nparams; p++) {
     rg_tinfo *t = rg__t(ctx, ctx->prefs[p]);
@@ -77,5 +84,8 @@ rg_status rg_gradcheck(rg_ctx *ctx, rg_loss_fn fn, void *user, double eps, int64
   }
   rg_status z = rg_zero_grad(ctx);
   if (z == RG_OK) z = rg_step_begin(ctx);
-  return st != RG_OK ? st : z;
+  st = st != RG_OK ? st : z;
+  if (st != RG_OK && ctx->err == RG_OK) /* every failure leaves a message */
+    rg__fail(ctx, st, "rg_gradcheck", "gradient check failed (%s)", rg_status_str(st));
+  return st;
 }
