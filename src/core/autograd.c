@@ -241,14 +241,11 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   memcpy(msg0, ctx->errmsg, sizeof msg0);
   rg_clear_error(ctx);
   ctx->no_grad++;
+  int lsp0 = ctx->lsp;
   rg_label_push(ctx, "backward");
-  if (ctx->err != RG_OK) {
-    ctx->no_grad--;
-    return ctx->err;
-  }
   rg_shape one = rg__shape(ctx, lref);
   float fv[4] = {1, 0, 0, 0};
-  uint32_t seed = op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv);
+  uint32_t seed = ctx->lsp > lsp0 ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
   st = seed ? RG_OK : ctx->err;
   if (seed) rg__t(ctx, lref)->grad = seed;
   for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
@@ -268,7 +265,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
       st = accumulate(ctx, in, gin[j]);
     }
   }
-  rg_label_pop(ctx);
+  if (ctx->lsp > lsp0) rg_label_pop(ctx);
   ctx->no_grad--;
   if (st != RG_OK) {
     /* A failed backward must not half-run: drop what it queued (parameter gradients
