@@ -90,6 +90,8 @@ rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(ctx->errmsg + n, sizeof ctx->errmsg - (size_t)n, fmt, ap);
   va_end(ap);
+  if (!ctx->errmsg[0]) snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s (no message given)",
+                                rg_status_str(st));
   ctx->err = st;
   return st;
 }
