@@ -66,8 +66,9 @@ rg_status rg_gradcheck(rg_ctx *ctx, rg_loss_fn fn, void *user, double eps, int64
       double hm = w0 - (double)w[e];
       if (st == RG_OK) st = rg_write(ctx, wh, w, nb);
       if (st == RG_OK) st = eval(ctx, fn, user, step, &lm);
-      w[e] = w0;
-      if (st == RG_OK) st = rg_write(ctx, wh, w, nb);
+      w[e] = w0; /* restored even when an evaluation failed */
+      rg_status r = rg_write(ctx, wh, w, nb);
+      if (st == RG_OK) st = r;
       double num = (lp - lm) / (hp + hm), ana = g[e], err = fabs(ana - num);
       double rel = err / fmax(fmax(fabs(ana), fabs(num)), 1e-3);
       if (st == RG_OK && (out->param < 0 || err > out->max_abs_err)) {
