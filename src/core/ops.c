@@ -439,8 +439,8 @@ rg_tensor rg_slice(rg_ctx *ctx, rg_tensor x, int axis, int64_t start, int64_t le
   int a = norm_axis(ctx, call, axis, s.ndim);
   if (a < 0) return RG_NONE;
   if (start < 0 || len < 0 || start > s.dims[a] - len)
-    return rg__fail(ctx, RG_ERR_MISUSE, call, "[%lld, %lld) is outside axis %d of size %lld",
-                    (long long)start, (long long)(start + len), axis, (long long)s.dims[a]),
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "start %lld and length %lld do not fit axis %d "
+                    "of size %lld", (long long)start, (long long)len, axis, (long long)s.dims[a]),
            RG_NONE;
   o.dims[a] = len;
   int64_t iv[4] = {a, start, len, 0};
