@@ -34,7 +34,9 @@ static bool same_shape(rg_shape a, rg_shape b) {
   return a.ndim == b.ndim && !memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim);
 }
 
-/* g summed down to shape s (the gradient of an operand that was broadcast). */
+/* The helpers below pass a failed (0) operand through as 0, so a rule that fails part-way
+   records nothing on an absent input (its error is already set).
+   g summed down to shape s (the gradient of an operand that was broadcast). */
 static uint32_t sum_to(rg_ctx *ctx, uint32_t g, rg_shape s) {
   if (!g || same_shape(rg__shape(ctx, g), s)) return g;
   s.dtype = RG_F32;
@@ -42,13 +44,13 @@ static uint32_t sum_to(rg_ctx *ctx, uint32_t g, rg_shape s) {
 }
 
 static uint32_t expand(rg_ctx *ctx, uint32_t g, rg_shape s) {
-  if (same_shape(rg__shape(ctx, g), s)) return g;
+  if (!g || same_shape(rg__shape(ctx, g), s)) return g;
   s.dtype = RG_F32;
   return op1(ctx, RG_OP_EXPAND, g, 0, 0, s, NULL, NULL);
 }
 
 static uint32_t reshape(rg_ctx *ctx, uint32_t g, rg_shape s) {
-  if (same_shape(rg__shape(ctx, g), s)) return g;
+  if (!g || same_shape(rg__shape(ctx, g), s)) return g;
   s.dtype = rg__shape(ctx, g).dtype;
   return op1(ctx, RG_OP_COPY, g, 0, 0, s, NULL, NULL);
 }
@@ -61,6 +63,7 @@ static uint32_t rows2(rg_ctx *ctx, uint32_t x) {
 }
 
 static uint32_t matmul_t(rg_ctx *ctx, uint32_t a, uint32_t b, int ta, int tb, rg_shape o) {
+  if (!a || !b) return 0;
   int64_t iv[4] = {ta, tb, 0, 0};
   o.dtype = RG_F32;
   return op1(ctx, RG_OP_MATMUL, a, b, 0, o, iv, NULL);
