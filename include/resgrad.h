@@ -135,7 +135,9 @@ RG_API rg_device rg_device_kind(const rg_ctx *ctx);
 
 /* Labels name the work recorded under them: every error message and trace about an op
    recorded while a label is pushed carries the whole stack joined by '/'. The string is
-   copied. Pop without push is ignored. Not barriers. */
+   copied. A push that runs out of memory sets RG_ERR_OOM and names nothing, but still
+   counts: its pop removes it, not the label below. Pop without push is ignored. Not
+   barriers. */
 RG_API void rg_label_push(rg_ctx *ctx, const char *label);
 RG_API void rg_label_pop(rg_ctx *ctx);
 

@@ -702,6 +702,27 @@ static void test_labels(void) {
   CHECK(rg_add(ctx, a, b).id == 0 && !msg_has(ctx, "blockA"), "label popped: %s",
         rg_errmsg(ctx));
   rg_clear_error(ctx);
+  /* A push the stack has no memory for is RG_ERR_OOM, and its pop (and those of pushes
+     nested in it) must not remove the caller's labels. The stack grows past 16 entries. */
+  char l[16];
+  for (int i = 0; i < 16; i++) {
+    snprintf(l, sizeof l, "L%d", i);
+    rg_label_push(ctx, l);
+  }
+  ctx->alloc_fail_at = ctx->alloc_count + 1;
+  rg_label_push(ctx, "lost");
+  ctx->alloc_fail_at = 0;
+  CHECK(rg_error(ctx) == RG_ERR_OOM, "label push out of memory: %s", rg_status_str(rg_error(ctx)));
+  rg_clear_error(ctx);
+  rg_label_push(ctx, "nested");
+  rg_label_pop(ctx);
+  rg_label_pop(ctx);
+  CHECK(rg_add(ctx, a, b).id == 0 && msg_has(ctx, "L14/L15]"), "labels kept: %s",
+        rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  for (int i = 0; i < 16; i++) rg_label_pop(ctx);
+  CHECK(rg_add(ctx, a, b).id == 0 && !msg_has(ctx, "L0"), "labels popped: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
   /* a label recorded with a node names a failure at the barrier */
   rg_tensor table = rg_param(ctx, "emb", RG_F32, 2, (int64_t[]){3, 2},
                              (rg_init){RG_INIT_ONES, 0, 0});

@@ -246,9 +246,10 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   ctx->no_grad++;
   int lsp0 = ctx->lsp;
   rg_label_push(ctx, "backward");
+  bool labelled = ctx->lsp > lsp0; /* not when the label stack is out of memory */
   rg_shape one = rg__shape(ctx, lref);
   float fv[4] = {1, 0, 0, 0};
-  uint32_t seed = ctx->lsp > lsp0 ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
+  uint32_t seed = ctx->err == RG_OK ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
   st = seed ? RG_OK : ctx->err;
   if (seed) rg__t(ctx, lref)->grad = seed;
   for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
@@ -259,7 +260,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     for (int j = 0; j < n.nout; j++)
       if (n.out[j] && !(n.out[j] >> 31) && (gout[j] = rg__t(ctx, n.out[j])->grad)) any = true;
     if (!any) continue;
-    ctx->lstack[ctx->lsp - 1] = n.label; /* gradient nodes carry their forward's label */
+    if (labelled) ctx->lstack[ctx->lsp - 1] = n.label; /* their forward's label */
     rg__backward_rule(ctx, &n, gout, gin);
     st = ctx->err;
     for (int j = 0; st == RG_OK && j < n.nin && j < RG_MAX_OUT; j++) {
@@ -268,7 +269,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
       st = accumulate(ctx, in, gin[j]);
     }
   }
-  if (ctx->lsp > lsp0) rg_label_pop(ctx);
+  rg_label_pop(ctx);
   ctx->no_grad--;
   if (st != RG_OK) {
     /* A failed backward must not half-run: drop what it queued (parameter gradients

@@ -124,11 +124,15 @@ static uint32_t intern(rg_ctx *ctx, const char *s) {
   return ctx->nlabels++;
 }
 
+/* A push the stack has no memory for is counted in lskip instead, and so is every push
+   nested in it; pops undo those first, so each pop still matches its own push. */
 void rg_label_push(rg_ctx *ctx, const char *label) {
   if (!ctx) return;
   size_t cap = (size_t)ctx->lcap;
-  if (!rg__grow(ctx, (void **)&ctx->lstack, sizeof *ctx->lstack, (size_t)ctx->lsp + 1, &cap)) {
-    rg__fail(ctx, RG_ERR_OOM, "rg_label_push", "out of host memory for the label stack");
+  if (ctx->lskip ||
+      !rg__grow(ctx, (void **)&ctx->lstack, sizeof *ctx->lstack, (size_t)ctx->lsp + 1, &cap)) {
+    if (!ctx->lskip++)
+      rg__fail(ctx, RG_ERR_OOM, "rg_label_push", "out of host memory for the label stack");
     return;
   }
   ctx->lcap = (int)cap;
@@ -139,7 +143,9 @@ void rg_label_push(rg_ctx *ctx, const char *label) {
 }
 
 void rg_label_pop(rg_ctx *ctx) {
-  if (ctx && ctx->lsp > 0) ctx->lsp--;
+  if (!ctx) return;
+  if (ctx->lskip) ctx->lskip--;
+  else if (ctx->lsp > 0) ctx->lsp--;
 }
 
 /* ---- open / close ------------------------------------------------------------------ */

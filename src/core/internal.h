@@ -146,6 +146,7 @@ struct rg_ctx {
   uint32_t nlabels, caplabels;
   uint32_t *lstack;        /* label stack: interned ids of the joined path */
   int lsp, lcap;
+  int lskip;               /* pushes not on the stack (it could not grow), popped first */
   char **fails;            /* messages of failed drains in this pass generation */
   uint32_t nfails, capfails;
   char **pnames;           /* parameter names, creation order */

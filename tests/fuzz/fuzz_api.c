@@ -39,7 +39,9 @@
  *    was saved;
  *  - rg_save followed by rg_load of the same model succeeds (metadata with any bytes
  *    round-trips through the JSON header);
- *  - a call other than rg_label_push/pop leaves the label stack as it was;
+ *  - rg_label_push adds exactly one level and rg_label_pop removes one (a push that runs
+ *    out of memory counts too, so that its pop does not remove the caller's label); any
+ *    other call leaves the label stack as it was;
  *  - rg_param adds exactly one parameter on success and none on failure;
  *  - a failed rg_save leaves no temporary file behind.
  *
@@ -188,7 +190,7 @@ typedef struct fz {
   const char *call;
   rg_status err0;
   char msg0[sizeof ((rg_ctx *)0)->errmsg];
-  int lsp0;
+  int depth0;        /* label stack depth before the call */
   int inj;           /* an injected allocation failure is pending: OOM may come first */
   int bad;           /* an operand is stale, forged or a missing required one */
   int bad_opt;       /* the optimizer's parameters were freed (rg_reset) */
@@ -386,11 +388,14 @@ static int pool_of(rg_tensor t) { return (int)(t.id >> 63); }
 
 /* ---- the per-call checks ------------------------------------------------------------ */
 
+/* Label stack depth: pushes on the stack and pushes counted off it (out of memory). */
+static int depth(const rg_ctx *ctx) { return ctx->lsp + ctx->lskip; }
+
 static void pre(fz *F, const char *call) {
   F->call = call;
   F->err0 = rg_error(F->ctx);
   snprintf(F->msg0, sizeof F->msg0, "%s", rg_errmsg(F->ctx));
-  F->lsp0 = F->ctx->lsp;
+  F->depth0 = depth(F->ctx);
   F->inj = F->ctx->alloc_fail_at > F->ctx->alloc_count;
   F->bad = F->bad_opt = F->composite = 0;
   F->precise = 1;
@@ -469,8 +474,10 @@ static void post(fz *F, int failed) {
       violation(F, "bad-handle-kind", "operand 1 should be refused with %s, got %s",
                 rg_status_str(F->expect), rg_status_str(e));
   }
-  if (ctx->lsp != F->lsp0 && strcmp(F->call, "rg_label_push") && strcmp(F->call, "rg_label_pop"))
-    violation(F, "label-leak", "the label stack went from %d to %d entries", F->lsp0, ctx->lsp);
+  if (depth(ctx) != F->depth0 && strcmp(F->call, "rg_label_push") &&
+      strcmp(F->call, "rg_label_pop"))
+    violation(F, "label-leak", "the label stack went from %d to %d entries", F->depth0,
+              depth(ctx));
   check_stats(F);
 }
 
@@ -1456,9 +1463,10 @@ static void rand_string(fz *F, char *buf, size_t cap, size_t maxlen) {
 static void op_label(fz *F) {
   if (u8(F) % 3 == 0) {
     pre(F, "rg_label_pop");
-    int lsp = F->ctx->lsp;
+    int d = depth(F->ctx);
     rg_label_pop(F->ctx);
-    if (F->ctx->lsp > lsp || F->ctx->lsp < lsp - 1) violation(F, "label", "pop");
+    if (depth(F->ctx) != (d ? d - 1 : 0))
+      violation(F, "label", "pop took the depth from %d to %d", d, depth(F->ctx));
     post(F, 0);
     return;
   }
@@ -1466,10 +1474,11 @@ static void op_label(fz *F) {
   rand_string(F, s, sizeof s, 700);
   int null_label = below(F, 12) == 0;
   pre(F, "rg_label_push");
-  int lsp = F->ctx->lsp;
+  int d = depth(F->ctx), skip = F->ctx->lskip;
   rg_label_push(F->ctx, null_label ? NULL : s);
-  if (F->ctx->lsp != lsp + 1 && rg_error(F->ctx) == RG_OK) violation(F, "label", "push");
-  post(F, F->ctx->lsp != lsp + 1);
+  if (depth(F->ctx) != d + 1)
+    violation(F, "label", "push took the depth from %d to %d", d, depth(F->ctx));
+  post(F, !skip && F->ctx->lskip); /* the push that first runs out of memory reports it */
 }
 
 static void op_mode(fz *F) {
