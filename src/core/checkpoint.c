@@ -294,7 +294,9 @@ rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
 
 /* ---- a strict JSON reader for the header ------------------------------------------------- */
 
-typedef struct jr { const char *p, *end; char err[160]; } jr;
+typedef struct jr { const char *p, *end; char err[160]; bool oom; } jr;
+
+static const char oom_msg[] = "out of host memory";
 
 static bool jfail(jr *j, const char *what) {
   if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s", what);
@@ -426,15 +428,14 @@ static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
       md->seed = strtoull(v, &end, 10);
       md->has_seed = *v && !*end;
     } else if (!is_reserved(k) && meta_put(ctx, &md->m, &md->n, &md->cap, k, v) != RG_OK) {
-      return jfail(j, "out of host memory");
+      j->oom = true;
+      return jfail(j, oom_msg);
     }
   } while (lit(j, ','));
   return lit(j, '}') || jfail(j, "expected '}' after __metadata__");
 }
 
 /* ---- load ----------------------------------------------------------------------------------- */
-
-static const char oom_msg[] = "out of host memory";
 
 static int cmp_begin(const void *a, const void *b) {
   const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
@@ -452,7 +453,7 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     char name[300];
     if (!jstr(j, name, sizeof name) || !lit(j, ':')) return j->err[0] ? j->err : "expected a name";
     if (!strcmp(name, "__metadata__")) {
-      if (!jmetadata(ctx, j, md)) return j->err;
+      if (!jmetadata(ctx, j, md)) return j->oom ? oom_msg : j->err;
       continue;
     }
     jtensor t;
@@ -560,7 +561,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   if (!bad && !(hdr = rg__malloc(ctx, (size_t)hlen))) bad = "out of host memory", bad_st = RG_ERR_OOM;
   if (!bad && !read_exact(f, hdr, (size_t)hlen)) bad = "the header is truncated";
   if (!bad) {
-    jr j = {hdr, hdr + hlen, ""};
+    jr j = {hdr, hdr + hlen, "", false};
     const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, &md, why, sizeof why);
     if (r == oom_msg) bad = oom_msg, bad_st = RG_ERR_OOM;
     else if (*r) bad = r == why ? why : (snprintf(why, sizeof why, "bad header: %s", r), why);
