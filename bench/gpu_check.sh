@@ -1,22 +1,64 @@
 #!/usr/bin/env bash
-# gpu_check.sh - one device-machine call: build with CUDA, run the CUDA parity test, run it
-# again under compute-sanitizer (memcheck), then the workloads on the GPU. Logs go to
-# $OUT (or ./gpu-logs). Usage: bash bench/gpu_check.sh [workload ...]
+# gpu_check.sh - the GPU machine's checks in one call, stage by stage. Every stage logs
+# to $OUT (or ./gpu-logs) and prints a one-line verdict; a failing stage does not stop
+# the later ones.
+#
+# usage: bash bench/gpu_check.sh [stage ...]      (default: build test memcheck work)
+# stages:
+#   build      configure and build build-gpu (Release, CUDA on)
+#   test       test_cuda, then the whole ctest suite
+#   memcheck   compute-sanitizer --tool memcheck|racecheck|initcheck on test_cuda
+#   racecheck  (one stage per tool; RG_SAN_TIMEOUT seconds each, default 300)
+#   initcheck
+#   train      resgrad-train --device cuda on its default task, with --save and --plot;
+#              then bench/torch_ckpt.py loads the checkpoint into PyTorch (TORCH_REF)
+#   work       bench/workloads on the GPU (WORKLOADS, default mlp-small gpt-char)
+#   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
+#              WORKLOADS in MODES (default f32,tf32)
 set -uo pipefail
-[ $# -gt 0 ] || set -- mlp-small gpt-char
+[ $# -gt 0 ] || set -- build test memcheck work
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
+B=build-gpu
+REF=${TORCH_REF:-.ref/torch_ref.py}
+WORKLOADS=${WORKLOADS:-mlp-small gpt-char}
+verdict() { printf '== %-10s exit %s  (%s s)\n' "$1" "$2" "$3"; }
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=ON >"$out/configure.log" 2>&1 &&
-  cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-echo "== test_cuda"
-(cd build-gpu && ./test_cuda) 2>&1 | tee "$out/test_cuda.log"
-echo "== ctest (all)"
-(cd build-gpu && ctest -j8 --output-on-failure) >"$out/ctest.log" 2>&1; tail -5 "$out/ctest.log"
-if [ "${SANITIZE:-1}" = 1 ]; then
-  echo "== compute-sanitizer memcheck test_cuda"
-  (cd build-gpu && compute-sanitizer --tool memcheck --error-exitcode 9 ./test_cuda) \
-    >"$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -4 "$out/memcheck.log"
-fi
-echo "== workloads"
-./build-gpu/workloads --device cuda --steps 30 --warm 5 "$@" 2>&1 | tee "$out/workloads.log"
+for stage in "$@"; do
+  t0=$SECONDS
+  case $stage in
+  build)
+    cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=ON >"$out/configure.log" 2>&1 &&
+      cmake --build $B -j16 >"$out/build.log" 2>&1
+    rc=$?; [ $rc = 0 ] || tail -40 "$out/build.log"
+    verdict build $rc $((SECONDS - t0)); [ $rc = 0 ] || exit 1 ;;
+  test)
+    (cd $B && ./test_cuda) >"$out/test_cuda.log" 2>&1; rc=$?
+    tail -15 "$out/test_cuda.log"; verdict test_cuda $rc $((SECONDS - t0))
+    (cd $B && ctest -j8 --output-on-failure) >"$out/ctest.log" 2>&1; rc=$?
+    tail -4 "$out/ctest.log"; verdict ctest $rc $((SECONDS - t0)) ;;
+  memcheck | racecheck | initcheck)
+    extra=""; [ $stage = racecheck ] && extra="--racecheck-report all"
+    (cd $B && timeout "${RG_SAN_TIMEOUT:-300}" compute-sanitizer --tool $stage $extra \
+      --error-exitcode 9 ./test_cuda) >"$out/$stage.log" 2>&1; rc=$?
+    tail -4 "$out/$stage.log"; verdict $stage $rc $((SECONDS - t0)) ;;
+  train)
+    $B/resgrad-train --device cuda --save "$out/addition.safetensors" \
+      --plot "$out/addition-loss.svg" >"$out/train.log" 2>&1; rc=$?
+    tail -12 "$out/train.log"; verdict train $rc $((SECONDS - t0))
+    python3 bench/torch_ckpt.py --torch-ref "$REF" --ckpt "$out/addition.safetensors" \
+      --gpt-loss $B/gpt_loss 2>&1 | tee "$out/torch_ckpt.log"
+    verdict torch_ckpt "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  work)
+    # shellcheck disable=SC2086
+    $B/workloads --device cuda --steps 50 --warm 10 $WORKLOADS 2>&1 | tee "$out/workloads.log"
+    verdict work "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  compare)
+    python3 bench/compare.py --torch-ref "$REF" --bin $B/workloads \
+      --workloads "$(echo $WORKLOADS | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
+      --log "$out/compare.jsonl" 2>&1 | tee "$out/compare.md"
+    verdict compare "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  *) echo "gpu_check.sh: unknown stage '$stage'"; exit 2 ;;
+  esac
+done

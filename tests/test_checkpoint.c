@@ -221,6 +221,27 @@ static void test_bad_files(void) {
            "\"data_offsets\":[224,320]}}", w1, b1);
   with_header(j, 320);
   expect_io(&m, "non-UTF-8 name", NULL);
+  /* Without an optimizer, a file's optimizer state is skipped, but only when it lies
+     inside the data. */
+  snprintf(j, sizeof j, "{%s,%s,%s,\"optim.step\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[320,324]}}", w1, b1, w2);
+  with_header(j, 324);
+  CHECK(rg_load(m.ctx, bad, NULL) == RG_OK, "optimizer state is skipped without an optimizer: %s",
+        rg_errmsg(m.ctx));
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "mine"), RG_OK);
+  snprintf(j, sizeof j, "{%s,%s,%s,\"optim.step\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[320,330]}}", w1, b1, w2);
+  with_header(j, 324);
+  expect_io(&m, "skipped optimizer state past the end", "optim.step");
+  snprintf(j, sizeof j, "{%s,%s,%s,\"optim.step\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[316,320]}}", w1, b1, w2);
+  with_header(j, 320);
+  expect_io(&m, "skipped optimizer state overlapping a parameter", "overlap");
+  snprintf(j, sizeof j, "{%s,%s,%s,\"optim.step\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[320,324]},\"optim.step\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[324,328]}}", w1, b1, w2);
+  with_header(j, 328);
+  expect_io(&m, "skipped optimizer state twice", "twice");
   with_opt = 1;
   free(good);
 

@@ -31,6 +31,7 @@ typedef struct entry {
   uint32_t ref;
   uint64_t begin, end; /* offsets in the data section */
   int found;
+  int skip; /* optimizer state in a file loaded without an optimizer: checked, not read */
 } entry;
 
 static const char *st_dtype(int dt) { return dt == RG_F32 ? "F32" : dt == RG_BF16 ? "BF16" : "I32"; }
@@ -40,8 +41,10 @@ static void name_state(char *out, size_t cap, const char *kind, const char *pnam
 }
 
 /* Every tensor a checkpoint of ctx (+ opt) holds, in a fixed order. */
-static entry *collect(rg_ctx *ctx, const rg_optim *opt, int *count, const char *call) {
-  int n = ctx->nparams;
+/* The tensors a save writes (or a load expects), with room for `extra` more. */
+static entry *collect(rg_ctx *ctx, const rg_optim *opt, int extra, int *count,
+                      const char *call) {
+  int n = ctx->nparams + extra;
   if (opt) n += opt->m.n + opt->v.n + 2;
   entry *e = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *e);
   if (!e) return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory"), NULL;
@@ -285,7 +288,7 @@ rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
   rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
   if (st != RG_OK) return st;
   int n = 0;
-  entry *e = collect(ctx, opt, &n, "rg_save");
+  entry *e = collect(ctx, opt, 0, &n, "rg_save");
   if (!e) return ctx->err;
   st = save_to(ctx, path, opt, e, n);
   rg__free(ctx, e);
@@ -442,9 +445,12 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Parses and checks the header against the expected entries. Returns "" or a reason. */
+/* Parses and checks the header against the n expected entries. Returns "" or a reason.
+   With skip_optim (a load without an optimizer), up to cap_skip tensors named "optim.*"
+   are appended to e as skipped entries (*nskip of them): checked like the others
+   (duplicates, offsets, overlaps), then not read. */
 static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t data_len,
-                                jmeta *md, char *why, size_t cap) {
+                                int cap_skip, int *nskip, jmeta *md, char *why, size_t cap) {
   if (!lit(j, '{')) return "the header is not a JSON object";
   bool first = true;
   while (!lit(j, '}')) {
@@ -459,14 +465,30 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     jtensor t;
     if (!jtensor_read(j, &t)) return j->err;
     int k = 0;
-    while (k < n && strcmp(e[k].name, name)) k++;
-    if (k == n) {
+    while (k < n + *nskip && strcmp(e[k].name, name)) k++;
+    if (k == n + *nskip && cap_skip && !strncmp(name, "optim.", 6)) {
+      if (*nskip == cap_skip) return "it holds more optimizer state than this model has";
+      snprintf(e[k].name, sizeof e[k].name, "%s", name);
+      e[k].skip = 1;
+      ++*nskip;
+    }
+    if (k == n + *nskip) {
       snprintf(why, cap, "it holds a tensor \"%.200s\" that this model does not have", name);
       return why;
     }
     if (e[k].found) {
       snprintf(why, cap, "tensor \"%.200s\" appears twice", name);
       return why;
+    }
+    if (e[k].skip) {
+      if (t.off[0] > t.off[1] || t.off[1] > data_len) {
+        snprintf(why, cap, "tensor \"%.200s\" has data_offsets [%llu, %llu] outside the %llu "
+                 "bytes of data", name, (unsigned long long)t.off[0],
+                 (unsigned long long)t.off[1], (unsigned long long)data_len);
+        return why;
+      }
+      e[k].found = 1, e[k].begin = t.off[0], e[k].end = t.off[1];
+      continue;
     }
     rg_tinfo *ti = rg__t(ctx, e[k].ref);
     bool shape_ok = t.ndim == ti->ndim;
@@ -501,6 +523,7 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
       snprintf(why, cap, "tensor \"%.200s\" is missing", e[k].name);
       return why;
     }
+  n += *nskip; /* from here on, the skipped tensors take part */
   entry **by = rg__malloc(ctx, sizeof *by * (size_t)(n ? n : 1));
   if (!by) return oom_msg;
   for (int k = 0; k < n; k++) by[k] = &e[k];
@@ -533,8 +556,10 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   if (st != RG_OK) return st;
   FILE *f = fopen(path, "rb");
   if (!f) return rg__fail(ctx, RG_ERR_IO, call, "cannot open \"%s\": %s", path, strerror(errno));
-  int n = 0;
-  entry *e = collect(ctx, opt, &n, call);
+  /* Without an optimizer, the file may hold an AdamW's state (m and v per parameter,
+     hyper, step), which is checked and skipped. */
+  int n = 0, nskip = 0, cap_skip = opt ? 0 : 2 * ctx->nparams + 2;
+  entry *e = collect(ctx, opt, cap_skip, &n, call);
   char *hdr = NULL, why[512] = "";
   const char *bad = NULL;
   rg_status bad_st = RG_ERR_IO; /* OOM only where the loader's own allocation failed */
@@ -562,7 +587,8 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   if (!bad && !read_exact(f, hdr, (size_t)hlen)) bad = "the header is truncated";
   if (!bad) {
     jr j = {hdr, hdr + hlen, "", false};
-    const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, &md, why, sizeof why);
+    const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, cap_skip, &nskip, &md, why,
+                                 sizeof why);
     if (r == oom_msg) bad = oom_msg, bad_st = RG_ERR_OOM;
     else if (*r) bad = r == why ? why : (snprintf(why, sizeof why, "bad header: %s", r), why);
   }

@@ -227,9 +227,10 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
   memset(s->err_host, 0, sizeof *s->err_host);
   *failed = first + (size_t)e.node;
   if (e.code == RG_CUDA_E_NONFINITE) {
-    snprintf(msg, cap, "output %lld element %lld is not finite (check_finite is on: this is "
-             "the first op whose output is not finite) — look at its inputs and arguments, "
-             "or lower the learning rate", e.value, e.pos);
+    snprintf(msg, cap, "output %lld element %lld is %s (check_finite is on: this is the "
+             "first op whose output is not finite) — look at its inputs and arguments, or "
+             "lower the learning rate", e.value, e.pos,
+             e.limit == 0 ? "NaN" : e.limit > 0 ? "+Inf" : "-Inf");
     return RG_ERR_NONFINITE;
   }
   if (e.code == RG_CUDA_E_INDEX)

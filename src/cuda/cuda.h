@@ -52,8 +52,9 @@ static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch 
 RG_OPS(RG_CUDA_DECL)
 #undef RG_CUDA_DECL
 
-/* check_finite: raises RG_CUDA_E_NONFINITE (value = output index, pos = element) at the
-   first NaN or Inf among the node's float outputs. */
+/* check_finite: raises RG_CUDA_E_NONFINITE when a float output of the node holds a NaN
+   or an Inf (value = output index, pos = one such element, limit = 0 NaN, 1 +Inf,
+   -1 -Inf). */
 rg_status rg_cuda_check_finite(rg_kargs *k);
 
 /* Checks the launch just made; on failure writes cudaGetErrorString to k->msg. */

@@ -63,7 +63,8 @@ __global__ void finite_kernel(const T *p, int64_t n, int out, rg_cuda_err *err, 
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     float v = sizeof(T) == 2 ? __uint_as_float((uint32_t)p[i] << 16) : (float)p[i];
-    if (!isfinite(v)) rg_cuda_raise(err, RG_CUDA_E_NONFINITE, node, out, i, 0);
+    if (!isfinite(v))
+      rg_cuda_raise(err, RG_CUDA_E_NONFINITE, node, out, i, v != v ? 0 : v > 0 ? 1 : -1);
   }
 }
 

@@ -922,7 +922,10 @@ static FZ_NOCOV void fz_check_loaded(fz_model *m, const fz_buf *file, int with_o
     fz_die("the reference checkpoint cannot be read: %s", why);
   ref_ready = 1;
   for (int i = 0; i < sv.nt; i++) {
-    const fz_tensor *s = &sv.t[i], *f = fz_find(&in, s->name, s->nlen);
+    const fz_tensor *s = &sv.t[i];
+    /* Loaded without an optimizer, the file's optimizer state was checked and skipped. */
+    int skipped = !with_opt && s->nlen >= 6 && !memcmp(s->name, "optim.", 6);
+    const fz_tensor *f = skipped ? NULL : fz_find(&in, s->name, s->nlen);
     const fz_header *src = &in;
     if (!f && !with_opt) f = fz_find(&ref, s->name, s->nlen), src = &ref;
     if (!f || f->end - f->begin != s->end - s->begin ||
