@@ -11,6 +11,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef RG_HAVE_OPENBLAS
+#include <pthread.h>
+#endif
 
 typedef rg_status (*rg_cpu_fn)(rg_kargs *k);
 static const rg_cpu_fn kernels[] = {
@@ -30,20 +33,34 @@ static int threads_of(rg_ctx *ctx) {
 }
 
 #ifdef RG_HAVE_OPENBLAS
-void openblas_set_num_threads(int n); /* OpenBLAS's own pool, sized by the context too */
+void openblas_set_num_threads(int n);
+/* OpenBLAS has one thread pool per process. Left alone it runs one spinning thread per
+   core whatever rg_options.threads says (a 1-thread training run spent a third of its
+   time in the kernel), so a context sizes it, but only when it is the only CPU context
+   open: resizing races with BLAS calls in other threads (and, in OpenBLAS 0.3.21, with
+   another resize). A context opened while others are open keeps the size they use. */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_users; /* open CPU contexts */
 #endif
 
 static rg_status cpu_open(rg_ctx *ctx) {
   snprintf(ctx->devname, sizeof ctx->devname, "cpu (%d threads)", threads_of(ctx));
 #ifdef RG_HAVE_OPENBLAS
-  /* Otherwise OpenBLAS runs one spinning thread per core whatever rg_options.threads
-     says: a 1-thread training run spent a third of its time in the kernel (26 s sys). */
-  openblas_set_num_threads(threads_of(ctx));
+  pthread_mutex_lock(&blas_lock);
+  if (blas_users++ == 0) openblas_set_num_threads(threads_of(ctx));
+  pthread_mutex_unlock(&blas_lock);
 #endif
   ctx->be_state = ctx; /* no state of its own; non-NULL marks "open" */
   return RG_OK;
 }
-static void cpu_close(rg_ctx *ctx) { ctx->be_state = NULL; }
+static void cpu_close(rg_ctx *ctx) {
+#ifdef RG_HAVE_OPENBLAS
+  pthread_mutex_lock(&blas_lock);
+  blas_users--;
+  pthread_mutex_unlock(&blas_lock);
+#endif
+  ctx->be_state = NULL;
+}
 
 /* Arena chunks are aligned like device memory so kernels may use aligned vector loads. */
 static void *cpu_alloc(rg_ctx *ctx, size_t bytes) {
