@@ -8,8 +8,14 @@
  * step is one upload of the batch, one graph, and one 4-byte download of the loss.
  *
  * Conventions that hold for every function below unless its comment says otherwise:
- *  - The context is the first argument. A context is used by one thread at a time; two
- *    contexts are independent and may be used from two threads.
+ *  - The context is the first argument. A context, and everything it returned (handles,
+ *    optimizers, messages), is used by one thread at a time; it may move to another
+ *    thread if the caller orders the hand-over (a mutex, a join). Two contexts share no
+ *    mutable state and may be used from two threads at once (tests/test_threads.c, run
+ *    under ThreadSanitizer by make tsan, on the CPU backend). rg_version and
+ *    rg_status_str may be called from any thread. One thing is process-wide: with
+ *    OpenBLAS the BLAS thread pool is one per process, and a CPU context sizes it from
+ *    rg_options.threads only when no other CPU context is open.
  *  - Functions returning rg_status return RG_OK or a negative code; the message is
  *    available from rg_errmsg (sticky: the first error since rg_clear_error).
  *  - Functions returning rg_tensor return RG_NONE on error and set the sticky error.
