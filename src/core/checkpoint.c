@@ -71,16 +71,15 @@ static entry *collect(rg_ctx *ctx, const rg_optim *opt, int extra, int *count,
   return e;
 }
 
-static bool optim_ok(rg_ctx *ctx, const rg_optim *opt, const char *call) {
-  if (!opt) return true;
-  if (opt->ctx != ctx || opt->pgen != ctx->pool[RG_POOL_PERSISTENT].gen ||
-      opt->params.n != ctx->nparams) {
-    rg__fail(ctx, RG_ERR_MISUSE, call, "the optimizer does not belong to this context's "
-             "current parameters (made in another context, before rg_reset, or before "
-             "parameters were added); create it after the model");
-    return false;
-  }
-  return true;
+/* RG_OK, or RG_ERR_MISUSE when opt does not fit the model (this call's status, not an
+   earlier sticky error). */
+static rg_status optim_ok(rg_ctx *ctx, const rg_optim *opt, const char *call) {
+  if (opt && (opt->ctx != ctx || opt->pgen != ctx->pool[RG_POOL_PERSISTENT].gen ||
+              opt->params.n != ctx->nparams))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "the optimizer does not belong to this "
+                    "context's current parameters (made in another context, before "
+                    "rg_reset, or before parameters were added); create it after the model");
+  return RG_OK;
 }
 
 /* ---- metadata ------------------------------------------------------------------------ */
@@ -284,12 +283,12 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
 rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
   if (!ctx) return RG_ERR_MISUSE;
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, "rg_save", "path is empty");
-  if (!optim_ok(ctx, opt, "rg_save")) return ctx->err;
-  rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
+  rg_status st = optim_ok(ctx, opt, "rg_save");
+  if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
   if (st != RG_OK) return st;
   int n = 0;
   entry *e = collect(ctx, opt, 0, &n, "rg_save");
-  if (!e) return ctx->err;
+  if (!e) return RG_ERR_OOM;
   st = save_to(ctx, path, opt, e, n);
   rg__free(ctx, e);
   return st;
@@ -551,8 +550,8 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   const char *call = "rg_load";
   if (!ctx) return RG_ERR_MISUSE;
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty");
-  if (!optim_ok(ctx, opt, call)) return ctx->err;
-  rg_status st = rg__drain(ctx, RG_DRAIN_SAVE);
+  rg_status st = optim_ok(ctx, opt, call);
+  if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
   if (st != RG_OK) return st;
   FILE *f = fopen(path, "rb");
   if (!f) return rg__fail(ctx, RG_ERR_IO, call, "cannot open \"%s\": %s", path, strerror(errno));
@@ -569,7 +568,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   jmeta md = {0};
   if (!e) {
     fclose(f);
-    return ctx->err;
+    return RG_ERR_OOM;
   }
   if (fseek(f, 0, SEEK_END) == 0) {
     long sz = ftell(f);

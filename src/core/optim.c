@@ -89,18 +89,18 @@ rg_optim *rg_optim_sgd(rg_ctx *ctx, const rg_sgd_options *opt) {
   return make(ctx, RG_OPT_SGD, h, false, d.momentum != 0);
 }
 
-static bool usable(rg_optim *o, const char *call) {
-  if (!o) return false;
-  if (o->pgen != o->ctx->pool[RG_POOL_PERSISTENT].gen) {
-    rg__fail(o->ctx, RG_ERR_STALE, call, "the optimizer's parameters were freed by "
-             "rg_reset(RG_POOL_PERSISTENT); free it and create a new one");
-    return false;
-  }
-  return true;
+/* RG_OK, or why o cannot be used (this call's status, not an earlier sticky error). */
+static rg_status usable(rg_optim *o, const char *call) {
+  if (!o) return RG_ERR_MISUSE;
+  if (o->pgen != o->ctx->pool[RG_POOL_PERSISTENT].gen)
+    return rg__fail(o->ctx, RG_ERR_STALE, call, "the optimizer's parameters were freed by "
+                    "rg_reset(RG_POOL_PERSISTENT); free it and create a new one");
+  return RG_OK;
 }
 
 rg_status rg_optim_step(rg_optim *o) {
-  if (!usable(o, "rg_optim_step")) return o ? o->ctx->err : RG_ERR_MISUSE;
+  rg_status st = usable(o, "rg_optim_step");
+  if (st != RG_OK) return st;
   rg_ctx *ctx = o->ctx;
   uint32_t in[RG_MAX_IN] = {ctx->clip_pending ? ctx->clip : 0, 0, 0, 0};
   ctx->clip_pending = 0;
@@ -109,7 +109,8 @@ rg_status rg_optim_step(rg_optim *o) {
 }
 
 rg_status rg_optim_set_lr(rg_optim *o, float lr) {
-  if (!usable(o, "rg_optim_set_lr")) return o ? o->ctx->err : RG_ERR_MISUSE;
+  rg_status st = usable(o, "rg_optim_set_lr");
+  if (st != RG_OK) return st;
   rg_ctx *ctx = o->ctx;
   if (!(lr > 0))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_lr", "lr %g must be > 0", lr);
@@ -130,7 +131,7 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
 }
 
 int64_t rg_optim_steps(rg_optim *o) {
-  if (!usable(o, "rg_optim_steps")) return -1;
+  if (usable(o, "rg_optim_steps") != RG_OK) return -1;
   rg_ctx *ctx = o->ctx;
   rg__drain(ctx, RG_DRAIN_READ);
   int32_t s = 0;
