@@ -98,7 +98,9 @@ typedef struct rg_options {
   int threads;             /* CPU threads for kernels; 0 = all cores */
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback) */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr.
-                              Env RG_TRACE=1 does the same. */
+                              Env RG_TRACE=1 does the same. (Env RG_PROFILE=1, CUDA
+                              only: drains run without graphs, each node timed by CUDA
+                              events, and rg_close prints device time per op.) */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
                               as PyTorch's allow_tf32. The CPU ignores it. */

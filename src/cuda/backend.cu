@@ -5,8 +5,9 @@
  * Invariants:
  *  - Every CUDA call goes through RG_CUDA_CHECK, which records the call, file:line and
  *    cudaGetErrorString into the context (RG_ERR_DEVICE, or RG_ERR_OOM for allocations).
- *  - A drain ends with one stream synchronisation, after which the error word (mapped
- *    pinned memory) says whether a kernel found a caller's fault; it is cleared after.
+ *  - A drain ends with one stream synchronisation. Just before it, the error word (device
+ *    memory, cheap for every kernel to read) is copied to pinned host memory; after it,
+ *    that copy says whether a kernel found a caller's fault. A fault clears both.
  *  - Launchers never synchronise or allocate; uploads come from pinned staging, so they
  *    are asynchronous and the caller's buffer was already copied by the core.
  */
@@ -45,16 +46,25 @@ typedef struct gentry {
 typedef struct rg_cuda_state {
   int dev;
   rg_cuda_launch L;
-  rg_cuda_err *err_host;
+  rg_cuda_err *err_host; /* pinned; the device word's copy at the end of each drain */
   gentry cache[GRAPH_CACHE];
   uint64_t tick;
   nsig *cur;          /* signature of the drain being run */
   size_t cur_cap;
   gentry last;        /* the previous drain's signature, to explain a miss */
   void *bounce;       /* pinned buffer that reads of up to BOUNCE bytes go through */
+  /* RG_PROFILE=1: drains run eagerly with an event pair around each node, and the
+     device time per op (all drains but the first PROF_SKIP, which pay for loading
+     kernels) is printed to stderr when the context closes. */
+  bool prof;
+  cudaEvent_t *ev;    /* 2 per node of the current drain */
+  size_t nev;
+  double prof_ms[RG_OP_COUNT];
+  long long prof_calls[RG_OP_COUNT], prof_drains, prof_seen;
 } rg_cuda_state;
 
 #define BOUNCE ((size_t)1 << 20)
+#define PROF_SKIP 2
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
@@ -116,12 +126,14 @@ static rg_status cuda_open(rg_ctx *ctx) {
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->scratch, L->scratch_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaHostAlloc(&s->bounce, BOUNCE, 0));
   if (st == RG_OK)
-    st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err),
-                                          cudaHostAllocMapped));
+    st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err), 0));
   if (st == RG_OK) {
     memset(s->err_host, 0, sizeof *s->err_host);
-    st = RG_CUDA_CHECK(ctx, cudaHostGetDevicePointer((void **)&L->err, s->err_host, 0));
+    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->err, sizeof(rg_cuda_err)));
   }
+  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemset(L->err, 0, sizeof(rg_cuda_err)));
+  const char *env = getenv("RG_PROFILE");
+  s->prof = env && *env == '1';
   if (st != RG_OK) {
     cuda_close(ctx);
     ctx->be_state = NULL;
@@ -135,10 +147,35 @@ static void drop_entry(rg_ctx *ctx, gentry *e) {
   memset(e, 0, sizeof *e);
 }
 
+/* The RG_PROFILE table: device time per op, the most expensive first. */
+static void prof_print(rg_cuda_state *s) {
+  double total = 0;
+  int order[RG_OP_COUNT], n = 0;
+  for (int i = 0; i < RG_OP_COUNT; i++)
+    if (s->prof_calls[i]) order[n++] = i, total += s->prof_ms[i];
+  for (int i = 1; i < n; i++) /* insertion sort by time, descending */
+    for (int j = i; j > 0 && s->prof_ms[order[j]] > s->prof_ms[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  fprintf(stderr, "resgrad profile: %lld drains, %.3f ms of device time per drain\n",
+          s->prof_drains, total / (double)(s->prof_drains ? s->prof_drains : 1));
+  fprintf(stderr, "  %-22s %10s %12s %10s %6s\n", "op", "calls", "total ms", "mean us", "%");
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
+    fprintf(stderr, "  %-22s %10lld %12.3f %10.2f %6.1f\n", rg_optab[i].name, s->prof_calls[i],
+            s->prof_ms[i], 1e3 * s->prof_ms[i] / (double)s->prof_calls[i],
+            100.0 * s->prof_ms[i] / (total > 0 ? total : 1));
+  }
+}
+
 static void cuda_close(rg_ctx *ctx) {
   rg_cuda_state *s = state(ctx);
   if (!s) return;
   rg_cuda_launch *L = &s->L;
+  if (s->prof && s->prof_drains) prof_print(s);
+  for (size_t i = 0; i < s->nev; i++) cudaEventDestroy(s->ev[i]);
+  rg__free(ctx, s->ev);
   for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
   drop_entry(ctx, &s->last);
   rg__free(ctx, s->cur);
@@ -147,6 +184,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->lt_ws);
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);
+  cudaFree(L->err);
   if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
@@ -225,6 +263,8 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
   memcpy(&e, (const void *)s->err_host, sizeof e); /* the stream was synchronised */
   if (!e.code) return RG_OK;
   memset(s->err_host, 0, sizeof *s->err_host);
+  /* Stream-ordered before the next drain; a failure here shows in the next drain. */
+  (void)cudaMemsetAsync(s->L.err, 0, sizeof *s->err_host, s->L.stream);
   *failed = first + (size_t)e.node;
   if (e.code == RG_CUDA_E_NONFINITE) {
     snprintf(msg, cap, "output %lld element %lld is %s (check_finite is on: this is the "
@@ -370,7 +410,9 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
     s->L.node = (int)(i - first); /* relative: a replay may start at another index */
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
+    if (s->prof) cudaEventRecord(s->ev[2 * (i - first)], s->L.stream);
     rg_status st = launchers[n->op](&k);
+    if (s->prof) cudaEventRecord(s->ev[2 * (i - first) + 1], s->L.stream);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = rg_cuda_check_finite(&k);
     if (st != RG_OK) {
@@ -387,6 +429,21 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
                            size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   size_t n = last - first;
+  if (s->prof) { /* eager, with 2n events */
+    size_t have = s->nev, want = 2 * n;
+    if (want > have) {
+      bool ok = rg__grow(ctx, (void **)&s->ev, sizeof *s->ev, want, &have);
+      while (ok && s->nev < want)
+        if ((ok = cudaEventCreate(&s->ev[s->nev]) == cudaSuccess)) s->nev++;
+      if (!ok) {
+        *failed = first;
+        snprintf(msg, msgcap, "RG_PROFILE: cannot make the timing events");
+        (void)cudaGetLastError();
+        return RG_ERR_OOM;
+      }
+    }
+    return launch_all(ctx, first, last, failed, msg, msgcap);
+  }
   size_t cap = s->cur_cap;
   if (!rg__grow(ctx, (void **)&s->cur, sizeof *s->cur, n, &cap)) /* no cache: run eagerly */
     return launch_all(ctx, first, last, failed, msg, msgcap);
@@ -458,10 +515,13 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   }
   /* The read that caused this drain rides on its synchronisation. */
   bool small = rb && rb->bytes <= BOUNCE;
+  cudaError_t e0 = cudaMemcpyAsync(s->err_host, s->L.err, sizeof *s->err_host,
+                                   cudaMemcpyDeviceToHost, s->L.stream);
   cudaError_t e = rb ? cudaMemcpyAsync(small ? s->bounce : rb->dst, rb->src, rb->bytes,
                                        cudaMemcpyDeviceToHost, s->L.stream)
                      : cudaSuccess;
   cudaError_t e2 = cudaStreamSynchronize(s->L.stream);
+  if (e == cudaSuccess) e = e0;
   if (e == cudaSuccess) e = e2;
   if (e != cudaSuccess) {
     *failed = first;
@@ -475,6 +535,15 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   if (rb) {
     if (small) memcpy(rb->dst, s->bounce, rb->bytes);
     rb->done = true;
+  }
+  if (s->prof && s->prof_seen++ >= PROF_SKIP) {
+    s->prof_drains++;
+    for (size_t i = first; i < last; i++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, s->ev[2 * (i - first)], s->ev[2 * (i - first) + 1]);
+      s->prof_ms[ctx->nodes[i].op] += ms;
+      s->prof_calls[ctx->nodes[i].op]++;
+    }
   }
   *soft = clip_soft(ctx, first, last, failed, msg, msgcap);
   return RG_OK;

@@ -25,7 +25,8 @@ extern "C" {
 #include "../core/internal.h"
 }
 
-/* The error word, in mapped pinned host memory so reading it costs no copy. */
+/* The error word, in device memory (kernels read it cheaply); the backend copies it to
+   pinned host memory at the end of each drain. */
 typedef struct rg_cuda_err {
   int code;       /* 0 = none; else a positive rg_cuda_errcode */
   int node;       /* index of the failing node within its drain */
@@ -72,7 +73,7 @@ __device__ inline void rg_cuda_raise(rg_cuda_err *e, int code, int node, long lo
     e->value = value;
     e->pos = pos;
     e->limit = limit;
-    __threadfence_system();
+    __threadfence();
   }
 }
 

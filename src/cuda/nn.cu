@@ -333,7 +333,8 @@ __device__ __forceinline__ void report_bad(const check_hdr *h, const int32_t *id
 
 /* ---- embedding --------------------------------------------------------------------------- */
 
-/* A warp per position copies the table row (rows with a bad id are skipped). */
+/* A warp per position copies the table row (a bad id gives a row of zeros: the drain
+   fails at this node, but what follows in it reads defined memory). */
 __global__ void emb_fwd_k(const float *__restrict__ table, const int32_t *__restrict__ idx,
                           float *__restrict__ out, int64_t n, int64_t C, int64_t V,
                           const check_hdr *h, rg_cuda_err *err, int node) {
@@ -343,10 +344,10 @@ __global__ void emb_fwd_k(const float *__restrict__ table, const int32_t *__rest
   for (int64_t p = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); p < n;
        p += warps) {
     int32_t v = idx[p];
-    if (v < 0 || v >= V) continue;
-    const float *src = table + (int64_t)v * C;
+    bool ok = v >= 0 && v < V;
+    const float *src = table + (ok ? (int64_t)v * C : 0);
     float *dst = out + p * C;
-    for (int64_t c = lane; c < C; c += 32) dst[c] = src[c];
+    for (int64_t c = lane; c < C; c += 32) dst[c] = ok ? src[c] : 0.f;
   }
 }
 

@@ -11,9 +11,9 @@
  *    on the stream read that header.
  *  - Nothing that changes a persistent tensor runs when an earlier node of the drain has
  *    failed (error word set), so a failed step changes no weights, moments, gradients or
- *    step count. The error word is mapped host memory, so it is read once per launcher by
- *    a one-thread kernel (gate, prep, or the clip's final kernel) whose verdict goes to a
- *    device header the bulk kernels read; accum, a single launch, reads it once per block.
+ *    step count. A one-thread kernel (gate, prep, or the clip's final kernel) reads the
+ *    word once per launcher and puts its verdict in a device header the bulk kernels
+ *    read; accum, a single launch, reads it once per block.
  *  - Lists of tensors are processed by multi-tensor launches: up to MT_MAX tensors' device
  *    pointers travel in a kernel argument (no host-to-device copy); block b of a launch
  *    finds its tensor and its chunk of MT_CHUNK elements from a prefix table of blocks.
@@ -48,8 +48,7 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- element access ------------------------------------------------------------------------ */
 
-/* The error word's code, read past any cache: it is mapped host memory that an earlier
-   kernel of the stream may have written. */
+/* The error word's code, which an earlier kernel of the stream may have written. */
 __device__ __forceinline__ int err_code(const rg_cuda_err *err) {
   return *(const volatile int *)&err->code;
 }
@@ -128,8 +127,7 @@ rg_tv view_of(rg_kargs *k, uint32_t ref) {
 
 /* ---- accum ----------------------------------------------------------------------------------- */
 
-/* The error word lives in mapped host memory: one thread per block reads it (the grid is
-   capped, so a launch makes few such reads) and the block follows its verdict. */
+/* One thread per block reads the error word and the block follows its verdict. */
 __global__ void accum_k(void *__restrict__ d, int ddt, const void *__restrict__ s, int sdt,
                         int64_t n, const rg_cuda_err *err) {
   __shared__ int failed;
@@ -143,8 +141,8 @@ __global__ void accum_k(void *__restrict__ d, int ddt, const void *__restrict__ 
 
 /* ---- zero_list ------------------------------------------------------------------------------- */
 
-/* Copies the error word (mapped host memory) into device memory once, so the many blocks
-   of the kernels that follow read it cheaply. */
+/* Copies the error word's code once into scratch, which the many blocks of the kernels
+   that follow read. */
 __global__ void gate_k(const rg_cuda_err *err, int *failed) { *failed = err_code(err); }
 
 /* Role 0 only; dt holds the element size in bytes (2 or 4): zero bits for every dtype. */
