@@ -11,6 +11,7 @@
 #include "resgrad_nn.h"
 
 #include <math.h>
+#include <unistd.h>
 
 typedef struct out { rg_tensor y, loss; } out;
 typedef out (*build_fn)(rg_ctx *ctx);
@@ -218,6 +219,80 @@ static void run_training(void) {
   for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
 }
 
+/* A 16-32-4 MLP with AdamW for the checkpoint case; the batch of step s is a function
+   of s. */
+typedef struct ck { rg_ctx *c; rg_tensor w1, b1, w2; rg_optim *opt; } ck;
+
+static ck ck_open(rg_device dev, uint64_t seed) {
+  ck m = {NULL, {0}, {0}, {0}, NULL};
+  rg_open(&m.c, &(rg_options){.device = dev, .quiet = 1, .seed = seed});
+  m.w1 = rg_param(m.c, "w1", RG_F32, D2(32, 16), normal(0.3f));
+  m.b1 = rg_param(m.c, "b1", RG_F32, 1, (int64_t[]){32}, (rg_init){0});
+  m.w2 = rg_param(m.c, "w2", RG_F32, D2(4, 32), normal(0.3f));
+  m.opt = rg_optim_adamw(m.c, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.1f});
+  return m;
+}
+
+static float ck_step(ck *m, int s) {
+  float x[8 * 16], l = -1;
+  int32_t y[8];
+  for (int i = 0; i < 8 * 16; i++) x[i] = (float)cos(i * 0.21 + s);
+  for (int i = 0; i < 8; i++) y[i] = (i * 3 + s) % 4;
+  rg_ctx *c = m->c;
+  rg_step_begin(c);
+  rg_tensor h = rg_relu(c, rg_linear(c, rg_input(c, RG_F32, D2(8, 16), x), m->w1, m->b1));
+  rg_tensor loss = rg_cross_entropy(c, rg_linear(c, h, m->w2, RG_NONE),
+                                    rg_input(c, RG_I32, 1, (int64_t[]){8}, y));
+  rg_backward(c, loss);
+  rg_optim_step(m->opt);
+  rg_zero_grad(c);
+  CHECK_ST(c, rg_item(c, loss, &l), RG_OK);
+  return l;
+}
+
+static void ck_read(ck *m, float *w) { /* 512 + 32 + 128 floats */
+  CHECK_ST(m->c, rg_read(m->c, m->w1, w, 512 * 4), RG_OK);
+  CHECK_ST(m->c, rg_read(m->c, m->b1, w + 512, 32 * 4), RG_OK);
+  CHECK_ST(m->c, rg_read(m->c, m->w2, w + 544, 128 * 4), RG_OK);
+}
+
+static void ck_close(ck *m) {
+  rg_optim_free(m->opt);
+  CHECK_ST(m->c, rg_close(m->c), RG_OK);
+}
+
+/* A checkpoint moves between the backends exactly: CPU -> CUDA and CUDA -> CPU loads give
+   bit-identical weights, and training continued on both after the load agrees. */
+static void run_checkpoint(void) {
+  char a[256], b[256];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(a, sizeof a, "%s/rg_cuda_a_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
+  snprintf(b, sizeof b, "%s/rg_cuda_b_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
+  float wc[672], wg[672], lc[4], lg[4];
+  ck cpu = ck_open(RG_DEVICE_CPU, 5), gpu = ck_open(RG_DEVICE_CUDA, 99);
+  for (int s = 0; s < 4; s++) ck_step(&cpu, s);
+  CHECK_ST(cpu.c, rg_save(cpu.c, a, cpu.opt), RG_OK);
+  CHECK_ST(gpu.c, rg_load(gpu.c, a, gpu.opt), RG_OK);
+  ck_read(&cpu, wc);
+  ck_read(&gpu, wg);
+  int exact_in = !memcmp(wc, wg, sizeof wc) && rg_optim_steps(gpu.opt) == 4;
+  CHECK(exact_in, "CPU -> CUDA checkpoint: weights bit-identical, 4 steps");
+  for (int s = 4; s < 8; s++) lc[s - 4] = ck_step(&cpu, s), lg[s - 4] = ck_step(&gpu, s);
+  double e = nerr(lg, lc, 4);
+  CHECK(e < 1e-5, "training after the load: loss error %.3g", e);
+  CHECK_ST(gpu.c, rg_save(gpu.c, b, gpu.opt), RG_OK);
+  ck back = ck_open(RG_DEVICE_CPU, 7);
+  CHECK_ST(back.c, rg_load(back.c, b, back.opt), RG_OK);
+  ck_read(&gpu, wg);
+  ck_read(&back, wc);
+  int exact_out = !memcmp(wc, wg, sizeof wc) && rg_optim_steps(back.opt) == 8;
+  CHECK(exact_out, "CUDA -> CPU checkpoint: weights bit-identical, 8 steps");
+  printf("%-12s %s  CPU->CUDA->CPU loads bit-exact; 4 steps after: loss error %.3g\n",
+         "checkpoint", exact_in && exact_out && e < 1e-5 ? "PASS" : "FAIL", e);
+  ck_close(&cpu), ck_close(&gpu), ck_close(&back);
+  unlink(a), unlink(b);
+}
+
 /* Identical steps replay one captured graph from the third step on, and the replays see
    each step's new batch, learning rate and dropout mask: the CUDA loss trajectory equals
    the CPU's, which has no graphs. */
@@ -339,6 +414,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol);
   run_training();
+  run_checkpoint();
   run_graphs();
   run_faults();
   run_oom_and_sync();
