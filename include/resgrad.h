@@ -302,8 +302,15 @@ RG_API rg_tensor rg_detach(rg_ctx *ctx, rg_tensor x);
    no gradient is half-accumulated and the step can be retried. Not a barrier. */
 RG_API rg_status rg_backward(rg_ctx *ctx, rg_tensor loss);
 /* The gradient of t: for a parameter its persistent buffer; for another tensor the pass
-   gradient the last rg_backward recorded (MISUSE if it recorded none). */
+   gradient the last rg_backward recorded, which exists only if rg_retain_grad(t) was
+   called before it (MISUSE otherwise, or if it recorded none). */
 RG_API rg_tensor rg_grad(rg_ctx *ctx, rg_tensor t);
+/* Keeps t's gradient for rg_grad after the next rg_backward. Without it the backward
+   pass gives the memory of every intermediate gradient back to the pass pool as soon as
+   the walk is done with it (as PyTorch frees non-leaf gradients), so a step's peak
+   memory is its activations plus a few layers' gradients. t must require grad (MISUSE
+   otherwise). Not a barrier. */
+RG_API rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t);
 /* Records the zeroing of every parameter gradient. Not a barrier. */
 RG_API rg_status rg_zero_grad(rg_ctx *ctx);
 
@@ -398,6 +405,9 @@ typedef struct rg_stats {
   size_t pass_bytes, pass_peak;         /* bytes held by tensors now / high-water mark */
   size_t persistent_bytes, persistent_peak;
   size_t queue_peak;                    /* most nodes queued at once */
+  size_t device_bytes, device_peak;     /* bytes both pools hold from the device (their
+                                           arenas' chunks, free space included) now /
+                                           the sum of each pool's high-water mark */
 } rg_stats;
 
 /* Copies the counters into *out. Not a barrier. rg_stats_reset zeroes every counter and

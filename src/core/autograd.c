@@ -6,7 +6,16 @@
  * Invariants: gradient nodes are recorded with ctx->no_grad set (no higher-order tape);
  * the gradient of a broadcast operand is summed back to its shape (SUM_TO); parameter
  * gradients accumulate in place into their persistent buffers (ACCUM), pass tensors keep
- * theirs in rg_tinfo.grad for rg_grad.
+ * theirs in rg_tinfo.grad while the walk needs them.
+ *
+ * Memory: a gradient is dead once the rule of the node that produced its tensor has run
+ * (every consumer of a tensor was recorded after it, so the reverse walk has seen them
+ * all), and a temporary a rule makes is dead once the rule's results are accumulated.
+ * Tensors this rg_backward made are given back to the pass pool (rg__release) as soon
+ * as they are dead - gref counts the tensors holding one as their gradient, since a rule
+ * may pass its incoming gradient through unchanged to several inputs - so the later
+ * gradients reuse their bytes, and the backward pass needs memory for a few layers'
+ * gradients, not for all of them. rg_retain_grad keeps a tensor's gradient for rg_grad.
  */
 #include "internal.h"
 
@@ -199,9 +208,16 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
 
 /* ---- rg_backward, rg_grad, rg_zero_grad ------------------------------------------------- */
 
+/* Gradient g is held by one more tensor / one fewer; a tensor made by this backward
+   (slot >= first) that no tensor holds any longer is released. */
+static void hold(rg_ctx *ctx, uint32_t g) { rg__t(ctx, g)->gref++; }
+static void drop(rg_ctx *ctx, uint32_t g, uint32_t first) {
+  if (--rg__t(ctx, g)->gref == 0 && !(g >> 31) && g > first) rg__release(ctx, g);
+}
+
 /* Adds gradient gi to tensor ref: in place into a parameter's buffer, by a recorded add
    otherwise. */
-static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi) {
+static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi, uint32_t first) {
   rg_tinfo *t = rg__t(ctx, ref);
   if (t->flags & RG_T_PARAM) {
     uint32_t in[RG_MAX_IN] = {t->grad, gi, 0, 0};
@@ -209,11 +225,14 @@ static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi) {
   }
   if (!t->grad) {
     t->grad = gi;
+    hold(ctx, gi);
     return RG_OK;
   }
-  uint32_t sum = R(rg_add(ctx, H(t->grad), H(gi)));
+  uint32_t old = t->grad, sum = R(rg_add(ctx, H(old), H(gi)));
   if (!sum) return ctx->err != RG_OK ? ctx->err : RG_ERR_OOM;
   rg__t(ctx, ref)->grad = sum;
+  hold(ctx, sum);
+  drop(ctx, old, first);
   return RG_OK;
 }
 
@@ -235,7 +254,8 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
                     "parameter (or was computed with rg_detach / before rg_step_begin); "
                     "nothing to differentiate");
   rg_pool_s *pass = &ctx->pool[RG_POOL_PASS];
-  for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = 0;
+  for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = pass->t[i].gref = 0;
+  uint32_t first = pass->n; /* tensors past this one are this backward's own */
   size_t n0 = ctx->n_nodes;
   /* Set aside an earlier sticky error so a failure here is seen; the first one is put
      back afterwards (it stays the one reported). */
@@ -251,7 +271,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   float fv[4] = {1, 0, 0, 0};
   uint32_t seed = ctx->err == RG_OK ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
   st = seed ? RG_OK : ctx->err;
-  if (seed) rg__t(ctx, lref)->grad = seed;
+  if (seed) rg__t(ctx, lref)->grad = seed, hold(ctx, seed);
   for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
     rg_node n = ctx->nodes[k]; /* a copy: recording may move the node array */
     if (!(n.flags & RG_N_GRAD)) continue;
@@ -261,13 +281,25 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
       if (n.out[j] && !(n.out[j] >> 31) && (gout[j] = rg__t(ctx, n.out[j])->grad)) any = true;
     if (!any) continue;
     if (labelled) ctx->lstack[ctx->lsp - 1] = n.label; /* their forward's label */
+    uint32_t made = pass->n;
     rg__backward_rule(ctx, &n, gout, gin);
     st = ctx->err;
     for (int j = 0; st == RG_OK && j < n.nin && j < RG_MAX_OUT; j++) {
       uint32_t in = n.in[j];
       if (!in || !gin[j] || !(rg__t(ctx, in)->flags & RG_T_GRAD)) continue;
-      st = accumulate(ctx, in, gin[j]);
+      st = accumulate(ctx, in, gin[j], first);
     }
+    if (st != RG_OK) break;
+    /* The outputs' gradients and the rule's temporaries are dead now (see the top). */
+    for (int j = 0; j < n.nout; j++) {
+      rg_tinfo *o = n.out[j] && !(n.out[j] >> 31) ? rg__t(ctx, n.out[j]) : NULL;
+      if (!o || !o->grad || (o->flags & RG_T_RETAIN)) continue;
+      uint32_t g = o->grad;
+      o->grad = 0;
+      drop(ctx, g, first);
+    }
+    for (uint32_t s = made; s < pass->n; s++)
+      if (!pass->t[s].gref) rg__release(ctx, s + 1);
   }
   rg_label_pop(ctx);
   ctx->no_grad--;
@@ -288,11 +320,29 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
 rg_tensor rg_grad(rg_ctx *ctx, rg_tensor t) {
   uint32_t ref;
   if (!ctx || rg__check(ctx, t, "rg_grad", 1, &ref) != RG_OK) return RG_NONE;
-  uint32_t g = rg__t(ctx, ref)->grad;
-  if (!g)
+  rg_tinfo *ti = rg__t(ctx, ref);
+  if (!ti->grad && (ti->flags & RG_T_GRAD) && !(ti->flags & (RG_T_PARAM | RG_T_RETAIN)))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_grad", "the gradient of a tensor that is not a "
+                    "parameter is kept only when rg_retain_grad(ctx, t) was called before "
+                    "rg_backward (the backward pass frees the others as it goes)"), RG_NONE;
+  if (!ti->grad)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_grad", "this tensor has no gradient: it does "
                     "not require grad, or the last rg_backward did not reach it"), RG_NONE;
-  return rg__handle(ctx, g);
+  return rg__handle(ctx, ti->grad);
+}
+
+rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t) {
+  uint32_t ref;
+  if (!ctx) return RG_ERR_MISUSE;
+  rg_status st = rg__check(ctx, t, "rg_retain_grad", 1, &ref);
+  if (st != RG_OK) return st;
+  rg_tinfo *ti = rg__t(ctx, ref);
+  if (!(ti->flags & RG_T_GRAD))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_retain_grad", "this tensor does not require "
+                    "grad (it depends on no parameter, or was made under rg_detach), so it "
+                    "will have no gradient");
+  ti->flags |= RG_T_RETAIN; /* parameters keep theirs anyway; harmless there */
+  return RG_OK;
 }
 
 rg_status rg_zero_grad(rg_ctx *ctx) {

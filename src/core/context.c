@@ -250,11 +250,15 @@ void rg_stats_get(const rg_ctx *ctx, rg_stats *out) {
   out->pass_peak = ctx->pool[0].peak;
   out->persistent_bytes = ctx->pool[1].bytes;
   out->persistent_peak = ctx->pool[1].peak;
+  out->device_bytes = ctx->pool[0].arena.reserved + ctx->pool[1].arena.reserved;
+  out->device_peak = ctx->pool[0].arena.reserved_peak + ctx->pool[1].arena.reserved_peak;
 }
 
 void rg_stats_reset(rg_ctx *ctx) {
   if (!ctx) return;
   memset(&ctx->st, 0, sizeof ctx->st);
-  ctx->pool[0].peak = ctx->pool[0].bytes;
-  ctx->pool[1].peak = ctx->pool[1].bytes;
+  for (int p = 0; p < 2; p++) {
+    ctx->pool[p].peak = ctx->pool[p].bytes;
+    ctx->pool[p].arena.reserved_peak = ctx->pool[p].arena.reserved;
+  }
 }

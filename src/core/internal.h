@@ -22,7 +22,9 @@
 #define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
-enum { RG_T_GRAD = 1, RG_T_PARAM = 2 }; /* rg_tinfo.flags */
+/* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
+   given back to the pass pool by rg_backward (an internal gradient temporary). */
+enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8 };
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {
@@ -33,18 +35,24 @@ typedef struct rg_tinfo {
   size_t off;     /* byte offset from the start of the pool's arena (deterministic) */
   void *data;     /* backend address */
   uint32_t grad;  /* ref of the gradient: persistent for params, pass otherwise */
+  uint32_t gref;  /* rg_backward: how many tensors hold this one as their gradient */
   uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
   uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
   int32_t param;  /* index into ctx->params, or -1 */
 } rg_tinfo;
 
 typedef struct rg_chunk { void *p; size_t size; } rg_chunk;
+/* A free range inside one chunk (the pass pool reuses the bytes rg_backward releases). */
+typedef struct rg_range { size_t off, size; char *p; int chunk; } rg_range;
 typedef struct rg_arena {
   rg_chunk *chunks;
   int nchunks, capchunks;
   size_t used;      /* bytes bumped in the last chunk */
   size_t base;      /* bytes in all chunks before the last one */
   size_t hint;      /* size of the one chunk to make after a reset that freed several */
+  size_t reserved, reserved_peak; /* bytes in all chunks now / most ever */
+  rg_range *free;   /* released ranges, sorted by off, adjacent ones merged */
+  int nfree, capfree;
 } rg_arena;
 
 typedef struct rg_pool_s {
@@ -229,6 +237,10 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_
 /* --- arenas --- */
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);
 void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
+/* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
+   no handle outside the core can reach and whose readers were all recorded already
+   (execution follows recording order, so the reuse is safe). */
+void rg__release(rg_ctx *ctx, uint32_t ref);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
 void rg_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);

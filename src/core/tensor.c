@@ -5,9 +5,11 @@
  * Invariants:
  *  - A handle is (pool << 63) | (generation mod 2^31 << 32) | (slot + 1). rg__check
  *    validates it in O(1) against its own pool's generation before any memory is touched.
- *  - Arena allocation is a bump in allocation order, so an identical sequence of
- *    allocations after a reset yields identical offsets and addresses (a CUDA graph
- *    captured for one step replays for the next).
+ *  - Arena allocation is a bump in allocation order, except that the pass pool first
+ *    reuses ranges rg_backward released (best fit, lowest offset among equals). Both
+ *    depend only on the sequence of allocations and releases, so an identical step after
+ *    a reset yields identical offsets and addresses (a CUDA graph captured for one step
+ *    replays for the next).
  *  - Budgets are checked before anything is allocated; a refused allocation changes
  *    nothing.
  *  - Persistent tensors are always READY: in-place updates (optimizers, rg_write) are
@@ -47,6 +49,8 @@ void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool 
     if (!p) return NULL;
     if (last) a->base += last->size;
     a->chunks[a->nchunks++] = (rg_chunk){p, size};
+    a->reserved += size;
+    if (a->reserved > a->reserved_peak) a->reserved_peak = a->reserved;
     a->used = 0;
     a->hint = 0;
     last = &a->chunks[a->nchunks - 1];
@@ -67,9 +71,69 @@ void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release) {
     }
     a->nchunks = 0;
     a->hint = release ? 0 : total;
+    a->reserved = 0;
   }
+  if (release) {
+    rg__free(ctx, a->free);
+    a->free = NULL;
+    a->capfree = 0;
+  }
+  a->nfree = 0;
   a->used = 0;
   a->base = 0;
+}
+
+/* The best-fitting released range for `need` bytes (the smallest that holds them; the
+   lowest offset among equals), cut from its front; NULL if none fits. Deterministic: the
+   same sequence of allocations and releases gives the same offsets. */
+static void *arena_reuse(rg_arena *a, size_t need, size_t *off) {
+  int best = -1;
+  for (int i = 0; i < a->nfree; i++)
+    if (a->free[i].size >= need && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
+  if (best < 0) return NULL;
+  rg_range *r = &a->free[best];
+  void *p = r->p;
+  *off = r->off;
+  r->off += need, r->p += need, r->size -= need;
+  if (!r->size) {
+    memmove(r, r + 1, sizeof *r * (size_t)(a->nfree - best - 1));
+    a->nfree--;
+  }
+  return p;
+}
+
+void rg__release(rg_ctx *ctx, uint32_t ref) {
+  rg_tinfo *t = rg__t(ctx, ref);
+  if (ref >> 31 || (t->flags & RG_T_FREED)) return;
+  rg_pool_s *pool = &ctx->pool[RG_POOL_PASS];
+  rg_arena *a = &pool->arena;
+  size_t size = align_up(t->nbytes ? t->nbytes : 1), base = 0;
+  int c = 0;
+  while (c + 1 < a->nchunks && t->off >= base + a->chunks[c].size) base += a->chunks[c++].size;
+  size_t cap = (size_t)a->capfree;
+  if (!rg__grow(ctx, (void **)&a->free, sizeof *a->free, (size_t)a->nfree + 1, &cap))
+    return; /* out of host memory: the bytes are just not reused */
+  a->capfree = (int)cap;
+  t->flags |= RG_T_FREED;
+  pool->bytes -= size;
+  int i = 0;
+  while (i < a->nfree && a->free[i].off < t->off) i++;
+  rg_range *f = a->free;
+  bool prev = i > 0 && f[i - 1].chunk == c && f[i - 1].off + f[i - 1].size == t->off;
+  bool next = i < a->nfree && f[i].chunk == c && t->off + size == f[i].off;
+  if (prev && next) { /* fills the gap between two ranges */
+    f[i - 1].size += size + f[i].size;
+    memmove(&f[i], &f[i + 1], sizeof *f * (size_t)(a->nfree - i - 1));
+    a->nfree--;
+  } else if (prev) {
+    f[i - 1].size += size;
+  } else if (next) {
+    f[i].off = t->off, f[i].p = (char *)t->data, f[i].size += size;
+  } else {
+    memmove(&f[i + 1], &f[i], sizeof *f * (size_t)(a->nfree - i));
+    f[i] = (rg_range){t->off, size, (char *)t->data, c};
+    a->nfree++;
+  }
 }
 
 /* ---- tensors --------------------------------------------------------------------------- */
@@ -166,7 +230,8 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
     return 0;
   }
   size_t off = 0;
-  void *data = rg__arena_alloc(ctx, &p->arena, nbytes, &off, false);
+  void *data = pool == RG_POOL_PASS ? arena_reuse(&p->arena, need, &off) : NULL;
+  if (!data) data = rg__arena_alloc(ctx, &p->arena, nbytes, &off, false);
   if (!data) {
     rg__fail(ctx, RG_ERR_OOM, call, "the device is out of memory for %zu more bytes of the "
              "%s pool (%zu in use); lower the batch or model size", need, pool_name(pool),
