@@ -5,7 +5,10 @@
  *
  * Invariants: the formulas are those of src/cpu/elementwise.c, operation for operation,
  * so CPU and CUDA agree to float rounding; each output element is written by one thread;
- * grid-stride loops, so any size runs with a bounded grid.
+ * grid-stride loops, so any size runs with a bounded grid. Same-shape maps (map1/map2)
+ * move float4s - every tensor starts on a 256-byte boundary - and the last n % 4
+ * elements one by one: the bandwidth-bound kernels then run near the copy's bandwidth
+ * (bench/bandwidth.c measures it).
  */
 #include "cuda.h"
 
@@ -117,6 +120,30 @@ rg_status rg_cuda_fill(rg_kargs *k) {
   return rg_cuda_check_launch(k, "fill");
 }
 
+/* ---- same-shape maps ---------------------------------------------------------------------- */
+
+template <class F> __device__ __forceinline__ float4 map4(float4 a, float4 b, const F &f) {
+  return make_float4(f(a.x, b.x), f(a.y, b.y), f(a.z, b.z), f(a.w, b.w));
+}
+
+/* o[i] = f(a[i], b[i]) for i < n; f is a functor. One-input maps pass a as b and ignore
+   it. */
+template <class F>
+__global__ void map2_k(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, int64_t n, F f) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+  int64_t n4 = n >> 2;
+  const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b;
+  float4 *o4 = (float4 *)o;
+  for (int64_t j = i; j < n4; j += step) o4[j] = map4(a4[j], b4[j], f);
+  for (int64_t j = 4 * n4 + i; j < n; j += step) o[j] = f(a[j], b[j]);
+}
+
+template <class F>
+static void map2(const float *a, const float *b, float *o, int64_t n, cudaStream_t s, F f) {
+  map2_k<<<rg_cuda_blocks((n + 3) / 4, THREADS), THREADS, 0, s>>>(a, b, o, n, f);
+}
+
 /* ---- binary ops with broadcasting ----------------------------------------------------- */
 
 enum { B_ADD, B_SUB, B_MUL, B_DIV };
@@ -125,15 +152,12 @@ template <int OP> __device__ __forceinline__ float bin(float a, float b) {
   return OP == B_ADD ? a + b : OP == B_SUB ? a - b : OP == B_MUL ? a * b : a / b;
 }
 
-template <int OP>
-__global__ void bin_same(const float *a, const float *b, float *o, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    o[i] = bin<OP>(a[i], b[i]);
-}
-
 /* General broadcast: decompose the output index over 4 axes, map through each operand's
    strides (0 on stretched axes). */
+template <int OP> struct bin_f {
+  __device__ float operator()(float a, float b) const { return bin<OP>(a, b); }
+};
+
 template <int OP>
 __global__ void bin_bcast(const float *a, const float *b, float *o, int64_t n,
                           rg_cuda_shape out, rg_cuda_shape sa, rg_cuda_shape sb) {
@@ -169,8 +193,7 @@ template <int OP> static rg_status binary(rg_kargs *k) {
   unsigned g = rg_cuda_blocks(o->n, THREADS);
   if (o->n == 0) return RG_OK;
   if (a->n == o->n && b->n == o->n) {
-    bin_same<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p, (float *)o->p,
-                                       o->n);
+    map2((const float *)a->p, (const float *)b->p, (float *)o->p, o->n, s, bin_f<OP>());
   } else {
     rg_cuda_shape out4 = right4(o, o), a4 = right4(a, o), b4 = right4(b, o);
     bin_bcast<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p,
@@ -212,18 +235,17 @@ template <int OP> __device__ __forceinline__ float un(float x, float p0, float p
   }
 }
 
-template <int OP>
-__global__ void unary_kernel(const float *x, float *y, int64_t n, float p0, float p1) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    y[i] = un<OP>(x[i], p0, p1);
-}
+template <int OP> struct un_f {
+  float p0, p1;
+  __device__ float operator()(float v, float) const { return un<OP>(v, p0, p1); }
+};
 
 template <int OP> static rg_status unary(rg_kargs *k) {
   int64_t n = k->out[0].n;
   if (n == 0) return RG_OK;
-  unary_kernel<OP><<<rg_cuda_blocks(n, THREADS), THREADS, 0, rg_cuda_ctx(k)->stream>>>(
-      (const float *)k->in[0].p, (float *)k->out[0].p, n, k->node->f[0], k->node->f[1]);
+  const float *x = (const float *)k->in[0].p;
+  map2(x, x, (float *)k->out[0].p, n, rg_cuda_ctx(k)->stream,
+       un_f<OP>{k->node->f[0], k->node->f[1]});
   return rg_cuda_check_launch(k, "a unary elementwise kernel");
 }
 
@@ -261,20 +283,16 @@ template <int OP> __device__ __forceinline__ float dg(float u, float g, float lo
   }
 }
 
-template <int OP>
-__global__ void dgrad_kernel(const float *u, const float *g, float *d, int64_t n, float lo,
-                             float hi) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    d[i] = dg<OP>(u[i], g[i], lo, hi);
-}
+template <int OP> struct dg_f {
+  float lo, hi;
+  __device__ float operator()(float u, float g) const { return dg<OP>(u, g, lo, hi); }
+};
 
 template <int OP> static rg_status dgrad(rg_kargs *k) {
   int64_t n = k->out[0].n;
   if (n == 0) return RG_OK;
-  dgrad_kernel<OP><<<rg_cuda_blocks(n, THREADS), THREADS, 0, rg_cuda_ctx(k)->stream>>>(
-      (const float *)k->in[0].p, (const float *)k->in[1].p, (float *)k->out[0].p, n,
-      k->node->f[0], k->node->f[1]);
+  map2((const float *)k->in[0].p, (const float *)k->in[1].p, (float *)k->out[0].p, n,
+       rg_cuda_ctx(k)->stream, dg_f<OP>{k->node->f[0], k->node->f[1]});
   return rg_cuda_check_launch(k, "an elementwise backward kernel");
 }
 
