@@ -15,6 +15,7 @@
 #   work       bench/workloads on the GPU (WORKLOADS, default mlp-small gpt-char)
 #   profile    RG_PROFILE=1 bench/workloads (WORKLOADS, MODES' first mode): device time
 #              per op, printed by rg_close
+#   bandwidth  bench/bandwidth (bandwidth-bound ops against the device copy)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
 set -uo pipefail
@@ -66,6 +67,9 @@ for stage in "$@"; do
     RG_PROFILE=1 $B/workloads --device cuda --mode "${m%%,*}" --steps 10 --warm 2 $WORKLOADS \
       >"$out/profile.log" 2>&1
     verdict profile $? $((SECONDS - t0)); grep -A12 "resgrad profile" "$out/profile.log" ;;
+  bandwidth)
+    $B/bandwidth 2>&1 | tee "$out/bandwidth.log"
+    verdict bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   compare)
     python3 bench/compare.py --torch-ref "$REF" --bin $B/workloads \
       --workloads "$(echo $WORKLOADS | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
