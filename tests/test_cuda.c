@@ -39,7 +39,11 @@ static out weigh(rg_ctx *c, rg_tensor y) {
 
 static out c_add(rg_ctx *c) { return weigh(c, rg_add(c, P(c, "a", D3(2, 3, 4)), P(c, "b", 1, (int64_t[]){4}))); }
 static out c_sub(rg_ctx *c) { return weigh(c, rg_sub(c, P(c, "a", D3(2, 1, 4)), P(c, "b", D2(3, 1)))); }
-static out c_mul(rg_ctx *c) { return weigh(c, rg_mul(c, P(c, "a", D2(5, 7)), P(c, "b", D2(5, 7)))); }
+static out c_mul(rg_ctx *c) { /* same shapes; a row vector on either side (4 | 8) */
+  rg_tensor a = P(c, "a", D2(5, 8)), r = P(c, "r", 1, (int64_t[]){8});
+  rg_tensor y = rg_add(c, rg_mul(c, a, P(c, "b", D2(5, 8))), rg_sub(c, r, a));
+  return weigh(c, rg_add(c, y, rg_mul(c, a, r)));
+}
 static out c_div(rg_ctx *c) {
   return weigh(c, rg_div(c, P(c, "a", D2(4, 6)), rg_exp(c, P(c, "b", D2(1, 6)))));
 }

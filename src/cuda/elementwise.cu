@@ -174,6 +174,31 @@ __global__ void bin_bcast(const float *a, const float *b, float *o, int64_t n,
   }
 }
 
+/* The common broadcast, a row vector (bias, scale) against a matrix: o[i] = f(a[i],
+   b[i % m]), or f(b[i % m], a[i]) with SWAP; m is a multiple of 4 (float4 moves). */
+template <int OP, bool SWAP>
+__global__ void bin_rows(const float *__restrict__ a, const float *__restrict__ b,
+                         float *__restrict__ o, int64_t n, int64_t m) {
+  int64_t n4 = n >> 2, m4 = m >> 2, step = (int64_t)gridDim.x * blockDim.x;
+  const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b;
+  float4 *o4 = (float4 *)o;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n4; j += step) {
+    float4 x = a4[j], y = b4[j % m4];
+    o4[j] = SWAP ? map4(y, x, bin_f<OP>()) : map4(x, y, bin_f<OP>());
+  }
+}
+
+/* m if t is out's trailing axes (t's own leading axes of size 1 ignored), else 0. */
+static int64_t trailing(const rg_tv *t, const rg_tv *out) {
+  int lead = 0;
+  while (lead < t->ndim && t->dims[lead] == 1) lead++;
+  int k = t->ndim - lead;
+  if (k > out->ndim) return 0;
+  for (int i = 0; i < k; i++)
+    if (t->dims[lead + i] != out->dims[out->ndim - k + i]) return 0;
+  return t->n;
+}
+
 /* in's strides against out, both right-aligned into RG_MAX_DIMS axes (leading axes of
    size 1), so one index decomposition serves every rank. */
 static rg_cuda_shape right4(const rg_tv *in, const rg_tv *out) {
@@ -192,8 +217,16 @@ template <int OP> static rg_status binary(rg_kargs *k) {
   cudaStream_t s = rg_cuda_ctx(k)->stream;
   unsigned g = rg_cuda_blocks(o->n, THREADS);
   if (o->n == 0) return RG_OK;
+  const float *pa = (const float *)a->p, *pb = (const float *)b->p;
+  int64_t mb = a->n == o->n ? trailing(b, o) : 0, ma = b->n == o->n ? trailing(a, o) : 0;
   if (a->n == o->n && b->n == o->n) {
-    map2((const float *)a->p, (const float *)b->p, (float *)o->p, o->n, s, bin_f<OP>());
+    map2(pa, pb, (float *)o->p, o->n, s, bin_f<OP>());
+  } else if (mb > 0 && mb % 4 == 0) {
+    bin_rows<OP, false><<<rg_cuda_blocks(o->n / 4, THREADS), THREADS, 0, s>>>(
+        pa, pb, (float *)o->p, o->n, mb);
+  } else if (ma > 0 && ma % 4 == 0) {
+    bin_rows<OP, true><<<rg_cuda_blocks(o->n / 4, THREADS), THREADS, 0, s>>>(
+        pb, pa, (float *)o->p, o->n, ma);
   } else {
     rg_cuda_shape out4 = right4(o, o), a4 = right4(a, o), b4 = right4(b, o);
     bin_bcast<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p,
