@@ -3,8 +3,11 @@
  *
  * Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T = B^T A^T, so every call passes B
  * first. Strict FP32 compute (CUBLAS_COMPUTE_32F) by default, so results match the CPU
- * to float rounding; rg_options.tf32 selects CUBLAS_COMPUTE_32F_FAST_TF32. A batch whose operands are each either full or a single matrix is one
- * strided-batched call (stride 0 broadcasts); any other broadcast loops per batch.
+ * to float rounding; rg_options.tf32 selects CUBLAS_COMPUTE_32F_FAST_TF32. A and B are
+ * both F32 or both BF16 (CUDA_R_16BF, tensor cores with F32 accumulation, always
+ * CUBLAS_COMPUTE_32F); C, D and the bias are F32 either way. A batch whose operands are
+ * each either full or a single matrix is one strided-batched call (stride 0 broadcasts);
+ * any other broadcast loops per batch, at addresses cuBLASLt is told the alignment of.
  */
 #include "cuda.h"
 
@@ -14,11 +17,24 @@
 typedef struct gemm_args {
   int ta, tb;                  /* A stored [K,M] / B stored [N,K] (row-major) */
   int64_t M, N, K;
-  const float *A, *B;
+  const void *A, *B;           /* F32 or BF16 (both the same: dtype) */
   float *C;
   int64_t batch, sa, sb, sc;   /* batch count and element strides (0 = broadcast) */
   const float *bias;           /* [N] added to every row of C, or NULL */
+  int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
 } gemm_args;
+
+/* The largest power of two, at most 256, dividing an operand's address and (in a strided
+   batch) its batch stride: every address cuBLASLt reads it at. The heuristic otherwise
+   assumes 256-byte alignment, which a batch offset in the per-batch loop lacks. */
+static uint32_t alignment(const void *p, int64_t stride_bytes) {
+  uint64_t a = (uint64_t)(uintptr_t)p | (uint64_t)stride_bytes | 256u;
+  return (uint32_t)(a & (~a + 1));
+}
+/* Where those go, for cuBLASLt's A, B, C and D (our B, A, C, C). */
+static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
 
 #define LT_TRY(call)                                                                   \
   do {                                                                                 \
@@ -47,16 +63,27 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   int32_t batch = (int32_t)g->batch;
   int64_t sx = g->sb, sy = g->sa, sc = g->sc;
   cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  cublasComputeType_t compute = k->ctx->opt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  bool bf16 = g->dtype == RG_BF16;
+  cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  int32_t bias_type = CUDA_R_32F;
+  int64_t esz = (int64_t)rg__dtype_size(g->dtype), strided = batch > 1;
+  uint32_t ac = alignment(g->C, strided * sc * 4);
+  uint32_t align[4] = {alignment(g->B, strided * sx * esz), alignment(g->A, strided * sy * esz),
+                       ac, ac};
+  cublasComputeType_t compute = k->ctx->opt.tf32 && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                          : CUBLAS_COMPUTE_32F;
   LT_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-  if (g->bias)
+  if (g->bias) { /* F32 like D (the default), said outright since A and B may be BF16 */
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias));
-  LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, xr, xc, (int64_t)xr));
-  LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, yr, yc, (int64_t)yr));
+    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                          &bias_type, sizeof bias_type));
+  }
+  LT_TRY(cublasLtMatrixLayoutCreate(&la, in_type, xr, xc, (int64_t)xr));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lb, in_type, yr, yc, (int64_t)yr));
   LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->N, (uint64_t)g->M, g->N));
   if (batch > 1) {
     LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
@@ -72,6 +99,8 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
   LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
+  for (int i = 0; i < 4; i++)
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
   LT_TRY(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, lc, pref, 1,
                                         &heur, &found));
   if (!found) {
@@ -117,8 +146,8 @@ static int64_t batch_offset(int64_t b, const int64_t *od, const int64_t *bd, int
 rg_status rg_cuda_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[o->ndim - 2],
-                 o->dims[o->ndim - 1], 0, (const float *)a->p, (const float *)b->p,
-                 (float *)o->p, 1, 0, 0, 0, NULL};
+                 o->dims[o->ndim - 1], 0, a->p, b->p, (float *)o->p, 1, 0, 0, 0, NULL,
+                 a->dtype};
   g.K = g.ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
   if (o->n == 0) return RG_OK;
   if (g.K == 0) {
@@ -138,10 +167,11 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
     g.sc = mc;
     return gemm(k, &g);
   }
+  size_t esz = rg__dtype_size(g.dtype);
   for (int64_t i = 0; i < batch; i++) { /* mixed broadcast, e.g. [2,1,..] x [1,3,..] */
     gemm_args gi = g;
-    gi.A = g.A + batch_offset(i, o->dims, a->dims, a->ndim - 2, nb, ma);
-    gi.B = g.B + batch_offset(i, o->dims, b->dims, b->ndim - 2, nb, mb);
+    gi.A = (const char *)g.A + batch_offset(i, o->dims, a->dims, a->ndim - 2, nb, ma) * esz;
+    gi.B = (const char *)g.B + batch_offset(i, o->dims, b->dims, b->ndim - 2, nb, mb) * esz;
     gi.C = g.C + i * mc;
     rg_status st = gemm(k, &gi);
     if (st != RG_OK) return st;
@@ -153,8 +183,8 @@ rg_status rg_cuda_linear(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *o = &k->out[0];
   int64_t in = w->dims[1], out = w->dims[0], rows = in ? x->n / in : 0;
   if (in == 0) rows = out ? o->n / out : 0;
-  gemm_args g = {0, 1, rows, out, in, (const float *)x->p, (const float *)w->p,
-                 (float *)o->p, 1, 0, 0, 0, (const float *)bias->p};
+  gemm_args g = {0, 1, rows, out, in, x->p, w->p, (float *)o->p, 1, 0, 0, 0,
+                 (const float *)bias->p, x->dtype};
   if (o->n == 0) return RG_OK;
   if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
   return gemm(k, &g);
