@@ -112,6 +112,17 @@ static out c_shape(rg_ctx *c) {
   rg_tensor bf = rg_cast(c, rg_cast(c, s, RG_BF16), RG_F32);
   return weigh(c, rg_add(c, s, rg_scale(c, bf, 0.25f)));
 }
+/* BF16 factors, cast from F32 parameters so both backends round the same values (the
+   incoming gradients, rounded to BF16 too, are the fixed weights): linear with a bias,
+   and a matmul whose broadcast batch loops over odd-sized, 2-byte-aligned matrices. */
+static out c_bf16(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(2, 5, 24)), w = P(c, "w", D2(39, 24)), b = P(c, "b", 1, (int64_t[]){39});
+  rg_tensor p = P(c, "p", D4(2, 1, 5, 39)), m = P(c, "m", D3(3, 39, 9));
+  rg_tensor l = rg_linear(c, rg_cast(c, x, RG_BF16), rg_cast(c, w, RG_BF16), b);
+  rg_tensor y = rg_matmul(c, rg_cast(c, p, RG_BF16), rg_cast(c, m, RG_BF16));
+  int64_t all = -1;
+  return weigh(c, rg_concat(c, rg_reshape(c, l, 1, &all), rg_reshape(c, y, 1, &all), 0));
+}
 static out c_dropout(rg_ctx *c) {
   return weigh(c, rg_dropout(c, P(c, "x", D2(64, 33)), 0.3f));
 }
@@ -414,6 +425,7 @@ int main(void) {
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
+      {"bf16", c_bf16, 1e-5},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol);

@@ -78,6 +78,13 @@ static uint32_t matmul_t(rg_ctx *ctx, uint32_t a, uint32_t b, int ta, int tb, rg
   return op1(ctx, RG_OP_MATMUL, a, b, 0, o, iv, NULL);
 }
 
+/* The incoming gradient of a product as its factors' dtype: BF16 factors (then both are)
+   take it rounded to BF16, as PyTorch's autocast does; the gradient products sum in F32
+   and give the factors F32 gradients, which their casts from F32 pass on unchanged. */
+static uint32_t as_factors(rg_ctx *ctx, uint32_t g, int dtype) {
+  return g && dtype == RG_BF16 ? R(rg_cast(ctx, H(g), RG_BF16)) : g;
+}
+
 /* Backward of a reduction: g (reduced shape) back to x's shape. */
 static uint32_t unreduce(rg_ctx *ctx, const rg_node *n, uint32_t g, rg_shape sx) {
   rg_shape k = sx;
@@ -139,19 +146,20 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     rg_shape ga = so, gb = so;
     ga.dims[so.ndim - 1] = sx.dims[sx.ndim - 1];
     gb.dims[so.ndim - 2] = sy.dims[sy.ndim - 2];
-    gin[0] = sum_to(ctx, matmul_t(ctx, g, y, 0, 1, ga), sx);
-    gin[1] = sum_to(ctx, matmul_t(ctx, x, g, 1, 0, gb), sy);
+    uint32_t gf = as_factors(ctx, g, sx.dtype);
+    gin[0] = sum_to(ctx, matmul_t(ctx, gf, y, 0, 1, ga), sx);
+    gin[1] = sum_to(ctx, matmul_t(ctx, x, gf, 1, 0, gb), sy);
     break;
   }
   case RG_OP_LINEAR: { /* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g */
     uint32_t w = y, b = n->in[2];
     rg_shape sw = rg__shape(ctx, w), gx = sx;
-    uint32_t g2 = rows2(ctx, g);
+    uint32_t g2 = rows2(ctx, g), gf = as_factors(ctx, g2, sx.dtype);
     gx.ndim = 2;
     gx.dims[0] = rg__shape(ctx, g2).dims[0];
     gx.dims[1] = sx.dims[sx.ndim - 1];
-    gin[0] = reshape(ctx, matmul_t(ctx, g2, w, 0, 0, gx), sx);
-    gin[1] = matmul_t(ctx, g2, rows2(ctx, x), 1, 0, sw);
+    gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
+    gin[1] = matmul_t(ctx, gf, rows2(ctx, x), 1, 0, sw);
     if (b) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
     break;
   }
@@ -201,7 +209,10 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     break;
   }
   case RG_OP_DROPOUT: gin[0] = op1(ctx, RG_OP_DROPOUT, g, n->in[1], 0, sx, n->i, f); break;
-  case RG_OP_CAST: gin[0] = R(rg_cast(ctx, H(g), (rg_dtype)sx.dtype)); break;
+  case RG_OP_CAST: /* back to x's dtype, which a product's F32 gradient may have already */
+    gin[0] = rg__shape(ctx, g).dtype == sx.dtype ? g
+                                                 : R(rg_cast(ctx, H(g), (rg_dtype)sx.dtype));
+    break;
   default: break; /* no gradient (argmax, uploads, backward and in-place ops) */
   }
 }

@@ -210,11 +210,39 @@ rg_tensor rg_argmax(rg_ctx *c, rg_tensor x, int axis, int keepdim) {
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
+/* The two factors of a product are both F32 or both BF16; with rg_options.bf16 a mix is
+   fine too, as autocast makes both BF16. */
+static bool same_float(rg_ctx *ctx, const char *call, const uint32_t *in) {
+  int da = rg__t(ctx, in[0])->dtype, db = rg__t(ctx, in[1])->dtype;
+  if (da == db || ctx->opt.bf16) return true;
+  rg__fail(ctx, RG_ERR_MISUSE, call, "operand 1 is %s and operand 2 is %s; a product takes "
+           "both F32 or both BF16 — rg_cast one of them, or open the context with "
+           "rg_options.bf16 = 1 to have F32 operands cast to BF16", rg__dtype_name(da),
+           rg__dtype_name(db));
+  return false;
+}
+
+/* rg_options.bf16: each F32 factor ref in in[0..1] becomes a recorded rg_cast of it to
+   BF16. The cast is an ordinary node on the tape, so the factor's gradient comes back
+   through it (in F32: see CAST in autograd.c). Called after every check, so a refused
+   product records nothing. */
+static bool autocast(rg_ctx *ctx, uint32_t *in) {
+  for (int j = 0; j < 2 && ctx->opt.bf16; j++) {
+    rg_shape s = rg__shape(ctx, in[j]);
+    uint32_t out[RG_MAX_OUT] = {0};
+    if (s.dtype != RG_F32) continue;
+    s.dtype = RG_BF16;
+    if (rg__emit(ctx, RG_OP_CAST, &in[j], &s, NULL, NULL, NULL, out) != RG_OK) return false;
+    in[j] = out[0];
+  }
+  return true;
+}
+
 rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
   const char *call = "rg_matmul";
   uint32_t in[2];
-  if (!ctx || !operand(ctx, a, call, 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, b, call, 2, F32_ONLY, &in[1]))
+  if (!ctx || !operand(ctx, a, call, 1, ANY_FLOAT, &in[0]) ||
+      !operand(ctx, b, call, 2, ANY_FLOAT, &in[1]) || !same_float(ctx, call, in))
     return RG_NONE;
   rg_shape sa = rg__shape(ctx, in[0]), sb = rg__shape(ctx, in[1]), o;
   if (sa.ndim < 2 || sb.ndim < 2)
@@ -230,14 +258,16 @@ rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
   if (!broadcast(ctx, call, &ba, &bb, &o)) return RG_NONE;
   o.dims[o.ndim++] = sa.dims[sa.ndim - 2];
   o.dims[o.ndim++] = sb.dims[sb.ndim - 1];
+  if (!autocast(ctx, in)) return RG_NONE;
   return emit1(ctx, RG_OP_MATMUL, in, o, NULL, NULL);
 }
 
 rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
   const char *call = "rg_linear";
   uint32_t in[3];
-  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, w, call, 2, F32_ONLY, &in[1]) || !optional(ctx, b, call, 3, &in[2]))
+  if (!ctx || !operand(ctx, x, call, 1, ANY_FLOAT, &in[0]) ||
+      !operand(ctx, w, call, 2, ANY_FLOAT, &in[1]) || !optional(ctx, b, call, 3, &in[2]) ||
+      !same_float(ctx, call, in))
     return RG_NONE;
   rg_shape sx = rg__shape(ctx, in[0]), sw = rg__shape(ctx, in[1]), o = sx;
   if (sw.ndim != 2 || sx.ndim < 1 || sx.dims[sx.ndim - 1] != sw.dims[1])
@@ -250,6 +280,8 @@ rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
                          &sb, &sw), RG_NONE;
   }
   o.dims[o.ndim - 1] = sw.dims[0];
+  o.dtype = RG_F32;
+  if (!autocast(ctx, in)) return RG_NONE;
   return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
 }
 

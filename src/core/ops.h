@@ -21,8 +21,10 @@
  *  EXPAND    x broadcast to out's shape (numpy rules).
  *  SOFTMAX LOG_SOFTMAX  over the last axis, max subtracted.
  *  MATMUL    a [..,M,K] (or [..,K,M] if i[0]), b [..,K,N] (or [..,N,K] if i[1]);
- *            batch axes broadcast to out [..,M,N].
- *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out].
+ *            batch axes broadcast to out [..,M,N]. a and b both F32 or both BF16 (exact
+ *            products, F32 sums); out F32.
+ *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out]. x and w as MATMUL's a
+ *            and b; b and out F32.
  *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance.
  *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.

@@ -1,0 +1,363 @@
+/*
+ * test_bf16.c - bf16 mixed precision for matrix products (rg_options.bf16), on the CPU.
+ *
+ * What is checked:
+ *  - a product of BF16 operands is the F32 product of the same values widened to F32, bit
+ *    for bit (the CPU widens exactly and runs the same GEMM): batched and broadcast
+ *    matmul, linear with and without a bias; running out of host memory for the widened
+ *    copy is RG_ERR_OOM and the context recovers;
+ *  - rg_options.bf16 (and env RG_BF16=1) makes rg_matmul and rg_linear record a cast to
+ *    BF16 of each F32 factor, and nothing else; the result equals explicit casts'; the
+ *    parameters' gradients are F32 and are the products of the incoming gradient rounded
+ *    to BF16 with the BF16 factors (the transposed GEMMs of the backward pass included),
+ *    against a reference in double; the bias gradient is the unrounded sum;
+ *  - a small GPT trained with rg_options.bf16 follows the F32 run: at every step the loss
+ *    is within LOSS_TOL (relative) of the F32 loss, and it falls;
+ *  - misuse: BF16 mixed with F32 without the option, a BF16 bias, an I32 factor.
+ */
+#include "common.h"
+#include "core/internal.h"
+#include "resgrad_nn.h"
+
+#include <math.h>
+
+/* The GPT's bf16 loss stays within this fraction of its f32 loss at every one of STEPS
+   steps (resgrad.h quotes this bound; measured: see the line this test prints). */
+#define LOSS_TOL 0.02
+#define STEPS 40
+
+#define D2(a, b) 2, (int64_t[]){a, b}
+#define D3(a, b, c) 3, (int64_t[]){a, b, c}
+#define D4(a, b, c, d) 4, (int64_t[]){a, b, c, d}
+
+static int64_t numel(int nd, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; i++) n *= dims[i];
+  return n;
+}
+
+static void fill(float *x, int64_t n, uint32_t seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = (float)((double)(seed >> 8) / 16777216.0 * 2 - 1);
+  }
+}
+
+/* A pass input of uniform values in [-1, 1); its values are left in *host if non-NULL
+   (the caller frees them). */
+static rg_tensor rand_input(rg_ctx *ctx, uint32_t seed, float **host, int nd,
+                            const int64_t *dims) {
+  int64_t n = numel(nd, dims);
+  float *x = malloc(sizeof(float) * (size_t)n);
+  fill(x, n, seed);
+  rg_tensor t = rg_input(ctx, RG_F32, nd, dims, x);
+  if (host) *host = x;
+  else free(x);
+  return t;
+}
+
+/* The tensor's F32 values (malloc'd); NULL and a failed check on an error. */
+static float *values(rg_ctx *ctx, rg_tensor t, const char *what) {
+  int64_t n = rg_numel(ctx, t);
+  float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  rg_status st = rg_dtype_of(ctx, t) == RG_F32 ? rg_read(ctx, t, v, sizeof(float) * (size_t)n)
+                                                : RG_ERR_MISUSE;
+  CHECK(st == RG_OK, "%s: not an F32 value that reads (%s: %s)", what, rg_status_str(st),
+        rg_errmsg(ctx));
+  if (st != RG_OK) free(v), v = NULL;
+  return v;
+}
+
+static void same_bits(rg_ctx *ctx, rg_tensor a, rg_tensor b, const char *what) {
+  int64_t n = rg_numel(ctx, a), bad = 0, first = -1;
+  float *x = values(ctx, a, what), *y = values(ctx, b, what);
+  CHECK(n == rg_numel(ctx, b), "%s: %lld and %lld elements", what, (long long)n,
+        (long long)rg_numel(ctx, b));
+  for (int64_t i = 0; x && y && n == rg_numel(ctx, b) && i < n; i++)
+    if (memcmp(&x[i], &y[i], sizeof(float)) && !bad++) first = i;
+  CHECK(bad == 0, "%s: %lld of %lld elements differ (first [%lld]: %.9g vs %.9g)", what,
+        (long long)bad, (long long)n, (long long)first, first < 0 ? 0.0 : x[first],
+        first < 0 ? 0.0 : y[first]);
+  free(x);
+  free(y);
+}
+
+static rg_tensor bf(rg_ctx *ctx, rg_tensor t) { return rg_cast(ctx, t, RG_BF16); }
+static rg_tensor f32(rg_ctx *ctx, rg_tensor t) { return rg_cast(ctx, t, RG_F32); }
+static double r16(float v) { return rg_bf16_to_f32(rg_f32_to_bf16(v)); }
+
+/* ---- BF16 products are F32 products of the widened values --------------------------- */
+
+static void test_exact(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  /* several GEMM blocks (MC 72, NC 64, KC 128) and enough work for threads */
+  rg_tensor a = bf(ctx, rand_input(ctx, 1, NULL, D2(150, 300)));
+  rg_tensor b = bf(ctx, rand_input(ctx, 2, NULL, D2(300, 130)));
+  same_bits(ctx, rg_matmul(ctx, a, b), rg_matmul(ctx, f32(ctx, a), f32(ctx, b)), "matmul");
+  rg_tensor p = bf(ctx, rand_input(ctx, 3, NULL, D4(2, 1, 5, 7)));
+  rg_tensor q = bf(ctx, rand_input(ctx, 4, NULL, D3(3, 7, 4)));
+  same_bits(ctx, rg_matmul(ctx, p, q), rg_matmul(ctx, f32(ctx, p), f32(ctx, q)),
+            "batched matmul, broadcast");
+  rg_tensor x = bf(ctx, rand_input(ctx, 5, NULL, D3(4, 33, 96)));
+  rg_tensor w = bf(ctx, rand_input(ctx, 6, NULL, D2(80, 96)));
+  rg_tensor bias = rand_input(ctx, 7, NULL, 1, (int64_t[]){80});
+  same_bits(ctx, rg_linear(ctx, x, w, bias), rg_linear(ctx, f32(ctx, x), f32(ctx, w), bias),
+            "linear with a bias");
+  same_bits(ctx, rg_linear(ctx, x, w, RG_NONE),
+            rg_linear(ctx, f32(ctx, x), f32(ctx, w), RG_NONE), "linear");
+  CHECK(rg_error(ctx) == RG_OK, "exact: %s", rg_errmsg(ctx));
+  printf("exact      %s  BF16 products == F32 products of the widened values, bit for bit\n",
+         failed() ? "FAIL" : "PASS");
+  rg_close(ctx);
+}
+
+/* The CPU widens BF16 operands into scratch: running out of host memory there (the N-th
+   allocation fails, for every N until none does) fails the drain with RG_ERR_OOM, and
+   the context computes the product afterwards. */
+static void test_oom(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  int widen_failed = 0, done = 0;
+  for (uint64_t n = 1; !done && n < 64; n++) {
+    rg_step_begin(ctx);
+    rg_tensor a = rand_input(ctx, 1, NULL, D2(6, 9)), b = rand_input(ctx, 2, NULL, D2(5, 9));
+    CHECK_ST(ctx, rg_sync(ctx), RG_OK);
+    ctx->alloc_fail_at = ctx->alloc_count + n;
+    rg_tensor y = rg_linear(ctx, bf(ctx, a), bf(ctx, b), RG_NONE);
+    rg_sync(ctx);
+    rg_status st = rg_error(ctx); /* the first failure, in recording or in the drain */
+    ctx->alloc_fail_at = 0;
+    CHECK(st == RG_OK || st == RG_ERR_OOM, "allocation %llu failing: %s", (unsigned long long)n,
+          rg_status_str(st));
+    widen_failed |= st == RG_ERR_OOM && msg_has(ctx, "F32 copy of a BF16 operand");
+    rg_clear_error(ctx);
+    if (st == RG_OK) {
+      done = 1;
+      rg_tensor r = rg_linear(ctx, f32(ctx, bf(ctx, a)), f32(ctx, bf(ctx, b)), RG_NONE);
+      same_bits(ctx, y, r, "linear after the failures");
+    }
+  }
+  CHECK(done && widen_failed, "the widening's allocation failure was not seen (done %d)", done);
+  printf("oom        %s  out of memory widening a BF16 operand: RG_ERR_OOM, then recovered\n",
+         failed() ? "FAIL" : "PASS");
+  rg_close(ctx);
+}
+
+/* ---- rg_options.bf16: what is recorded, and the gradients ---------------------------- */
+
+/* ||got - want|| / ||want|| */
+static double nerr(const float *got, const double *want, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d += (got[i] - want[i]) * (got[i] - want[i]);
+    r += want[i] * want[i];
+  }
+  return sqrt(d / (r > 0 ? r : 1));
+}
+
+/* want[i,j] = sum_k l(i,k) r(k,j) over BF16-rounded values (round = 1) or as they are:
+   l is L [M,K] or, with tl, L^T for L [K,M]; r likewise with tr. */
+static void ref_product(const float *L, int tl, const float *Rm, int tr, int64_t M,
+                        int64_t K, int64_t N, int round, double *want) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) {
+        float l = tl ? L[k * M + i] : L[i * K + k], r = tr ? Rm[j * K + k] : Rm[k * N + j];
+        s += round ? r16(l) * r16(r) : (double)l * r;
+      }
+      want[i * N + j] = s;
+    }
+}
+
+/* The gradient of a parameter against want (rounded incoming gradient), and against the
+   product with the gradient left in F32, which must be measurably further off. */
+static void check_grad(rg_ctx *ctx, rg_tensor param, const double *want, const double *unrounded,
+                       const char *what) {
+  rg_tensor g = rg_grad(ctx, param);
+  int64_t n = rg_numel(ctx, param);
+  CHECK(rg_dtype_of(ctx, g) == RG_F32, "%s: the gradient is not F32", what);
+  float *v = values(ctx, g, what);
+  if (!v) return;
+  double e = nerr(v, want, n), e0 = unrounded ? nerr(v, unrounded, n) : 1;
+  CHECK(e <= 1e-6, "%s: normalised error %.3g against the reference > 1e-6", what, e);
+  CHECK(e0 > 1e-4, "%s: error %.3g against the F32-gradient product: was the incoming "
+        "gradient rounded to BF16?", what, e0);
+  free(v);
+}
+
+static float *param_values(rg_ctx *ctx, rg_tensor p) { return values(ctx, p, rg_name(ctx, p)); }
+
+static void test_autocast(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.bf16 = 1, .seed = 3});
+  if (!ctx) return;
+  enum { M = 9, K = 70, N = 13, R = 10, I = 24, O = 40 };
+  rg_init u = {RG_INIT_UNIFORM, -1, 1};
+  rg_tensor A = rg_param(ctx, "A", RG_F32, D2(M, K), u);
+  rg_tensor B = rg_param(ctx, "B", RG_F32, D2(K, N), u);
+  rg_tensor X = rg_param(ctx, "X", RG_F32, D3(2, 5, I), u);
+  rg_tensor Wt = rg_param(ctx, "W", RG_F32, D2(O, I), u);
+  rg_tensor bias = rg_param(ctx, "b", RG_F32, 1, (int64_t[]){O}, u);
+  float *a = param_values(ctx, A), *b = param_values(ctx, B), *x = param_values(ctx, X);
+  float *w = param_values(ctx, Wt), *gy, *gz;
+  rg_stats s0, s1, s2;
+  rg_step_begin(ctx);
+  rg_tensor Gy = rand_input(ctx, 8, &gy, D2(M, N)), Gz = rand_input(ctx, 9, &gz, D3(2, 5, O));
+  rg_stats_get(ctx, &s0);
+  rg_tensor y = rg_matmul(ctx, A, B);
+  rg_stats_get(ctx, &s1);
+  rg_tensor z = rg_linear(ctx, X, Wt, bias);
+  rg_stats_get(ctx, &s2);
+  CHECK(s1.nodes_recorded - s0.nodes_recorded == 3 && s2.nodes_recorded - s1.nodes_recorded == 3,
+        "rg_matmul recorded %llu nodes and rg_linear %llu; want 3 each (two casts and the "
+        "product)", (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
+        (unsigned long long)(s2.nodes_recorded - s1.nodes_recorded));
+  CHECK(rg_dtype_of(ctx, y) == RG_F32 && rg_dtype_of(ctx, z) == RG_F32, "outputs are not F32");
+  same_bits(ctx, y, rg_matmul(ctx, bf(ctx, A), bf(ctx, B)), "autocast matmul");
+  same_bits(ctx, z, rg_linear(ctx, bf(ctx, X), bf(ctx, Wt), bias), "autocast linear");
+  rg_tensor loss = rg_add(ctx, rg_sum(ctx, rg_mul(ctx, y, Gy), RG_ALL_AXES, 0),
+                          rg_sum(ctx, rg_mul(ctx, z, Gz), RG_ALL_AXES, 0));
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  if (a && b && x && w) {
+    double want[O * I], raw[O * I]; /* the largest of the four products */
+    ref_product(gy, 0, b, 1, M, N, K, 1, want); /* dA = g B^T */
+    ref_product(gy, 0, b, 1, M, N, K, 0, raw);
+    check_grad(ctx, A, want, raw, "dA (matmul)");
+    ref_product(a, 1, gy, 0, K, M, N, 1, want); /* dB = A^T g */
+    ref_product(a, 1, gy, 0, K, M, N, 0, raw);
+    check_grad(ctx, B, want, raw, "dB (matmul)");
+    ref_product(gz, 0, w, 0, R, O, I, 1, want); /* dX = g W */
+    ref_product(gz, 0, w, 0, R, O, I, 0, raw);
+    check_grad(ctx, X, want, raw, "dX (linear)");
+    ref_product(gz, 1, x, 0, O, R, I, 1, want); /* dW = g^T X */
+    ref_product(gz, 1, x, 0, O, R, I, 0, raw);
+    check_grad(ctx, Wt, want, raw, "dW (linear)");
+    for (int o = 0; o < O; o++) { /* db = sum of g over rows, in F32: nothing rounded */
+      want[o] = 0;
+      for (int r = 0; r < R; r++) want[o] += gz[r * O + o];
+    }
+    check_grad(ctx, bias, want, NULL, "db (linear)");
+  }
+  CHECK(rg_error(ctx) == RG_OK, "autocast: %s", rg_errmsg(ctx));
+  free(a), free(b), free(x), free(w), free(gy), free(gz);
+  rg_close(ctx);
+  /* env RG_BF16=1 turns it on too */
+  setenv("RG_BF16", "1", 1);
+  ctx = open_cpu();
+  unsetenv("RG_BF16");
+  if (!ctx) return;
+  rg_tensor p = rg_param(ctx, "p", RG_F32, D2(3, 4), u), in = rand_input(ctx, 1, NULL, D2(2, 4));
+  rg_stats_get(ctx, &s0);
+  rg_linear(ctx, in, p, RG_NONE);
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.nodes_recorded - s0.nodes_recorded == 3, "RG_BF16=1: rg_linear recorded %llu nodes",
+        (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
+  rg_close(ctx);
+  printf("autocast   %s  casts recorded; outputs and F32 gradients as the BF16 reference\n",
+         failed() ? "FAIL" : "PASS");
+}
+
+/* ---- a small GPT: bf16 follows f32 ----------------------------------------------------- */
+
+enum { V = 48, T = 32, BATCH = 8 };
+
+/* STEPS steps of AdamW on a fixed, learnable token stream; losses into loss[]. */
+static void train(int bf16, float *loss) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.bf16 = bf16, .seed = 7});
+  if (!ctx) return;
+  rg_gpt_config cfg = {.vocab = V, .block = T, .layers = 2, .width = 64, .heads = 4};
+  rg_gpt *g = rg_gpt_new(ctx, &cfg, NULL);
+  rg_optim *opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 3e-3f, .weight_decay = 0.01f});
+  CHECK(g && opt, "gpt: %s", rg_errmsg(ctx));
+  int32_t idx[BATCH * T], tgt[BATCH * T];
+  for (int s = 0; g && opt && s < STEPS; s++) {
+    for (int i = 0; i < BATCH; i++)
+      for (int t = 0; t <= T; t++) { /* a stream with local structure: j*7 + j/5*3 mod V */
+        int j = s * 37 + i * 101 + t, tok = (j * 7 + j / 5 * 3) % V;
+        if (t < T) idx[i * T + t] = tok;
+        if (t > 0) tgt[i * T + t - 1] = tok;
+      }
+    rg_step_begin(ctx);
+    rg_tensor x = rg_input(ctx, RG_I32, D2(BATCH, T), idx);
+    rg_tensor y = rg_input(ctx, RG_I32, D2(BATCH, T), tgt);
+    rg_tensor l = rg_gpt_loss(g, x, y);
+    rg_backward(ctx, l);
+    rg_optim_step(opt);
+    rg_zero_grad(ctx);
+    CHECK_ST(ctx, rg_item(ctx, l, &loss[s]), RG_OK);
+  }
+  rg_gpt_free(g);
+  rg_close(ctx);
+}
+
+static void test_gpt(void) {
+  float l32[STEPS] = {0}, l16[STEPS] = {0};
+  train(0, l32);
+  train(1, l16);
+  double worst = 0;
+  int at = 0;
+  for (int s = 0; s < STEPS; s++) {
+    double e = fabs((double)l16[s] - l32[s]) / fabs((double)l32[s]);
+    if (!(e <= worst)) worst = e, at = s;
+  }
+  CHECK(worst <= LOSS_TOL, "bf16 loss %.5f vs f32 %.5f at step %d: relative %.3g > %g",
+        l16[at], l32[at], at, worst, LOSS_TOL);
+  CHECK(l16[STEPS - 1] < 0.7f * l16[0], "bf16 loss did not fall: %.4f -> %.4f", l16[0],
+        l16[STEPS - 1]);
+  printf("gpt        %s  %d steps: loss f32 %.4f -> %.4f, bf16 %.4f -> %.4f; worst relative "
+         "difference %.2g at step %d (tolerance %g)\n", failed() ? "FAIL" : "PASS", STEPS,
+         l32[0], l32[STEPS - 1], l16[0], l16[STEPS - 1], worst, at, LOSS_TOL);
+}
+
+/* ---- misuse ------------------------------------------------------------------------------ */
+
+static void expect_misuse(rg_ctx *ctx, rg_tensor r, const char *call, const char *needle) {
+  CHECK(r.id == 0 && rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, call) &&
+            msg_has(ctx, needle),
+        "%s: want RG_ERR_MISUSE mentioning \"%s\"; got %s: %s", call, needle,
+        rg_status_str(rg_error(ctx)), rg_errmsg(ctx));
+  rg_clear_error(ctx);
+}
+
+static void test_misuse(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_tensor x = rand_input(ctx, 1, NULL, D2(3, 4)), w = rand_input(ctx, 2, NULL, D2(5, 4));
+  rg_tensor xb = bf(ctx, x), wb = bf(ctx, w), bias = rand_input(ctx, 3, NULL, 1, (int64_t[]){5});
+  int32_t ids[12] = {0};
+  rg_tensor xi = rg_input(ctx, RG_I32, D2(3, 4), ids);
+  expect_misuse(ctx, rg_linear(ctx, xb, w, bias), "rg_linear", "rg_options.bf16");
+  expect_misuse(ctx, rg_linear(ctx, x, wb, RG_NONE), "rg_linear",
+                "operand 1 is F32 and operand 2 is BF16");
+  expect_misuse(ctx, rg_matmul(ctx, xb, rg_transpose(ctx, w, 0, 1)), "rg_matmul", "rg_cast");
+  expect_misuse(ctx, rg_linear(ctx, xb, wb, bf(ctx, bias)), "rg_linear",
+                "operand 3 has dtype BF16");
+  expect_misuse(ctx, rg_matmul(ctx, xi, rg_transpose(ctx, w, 0, 1)), "rg_matmul", "F32 or BF16");
+  /* nothing half-recorded: a refused product under rg_options.bf16 records no cast */
+  rg_close(ctx);
+  ctx = open_cpu_opts((rg_options){.bf16 = 1});
+  if (!ctx) return;
+  x = rand_input(ctx, 1, NULL, D2(3, 4));
+  w = rand_input(ctx, 2, NULL, D2(4, 5));
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  expect_misuse(ctx, rg_linear(ctx, x, w, RG_NONE), "rg_linear", "do not fit");
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.nodes_recorded == s0.nodes_recorded, "a refused rg_linear recorded %llu nodes",
+        (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
+  CHECK(rg_linear(ctx, bf(ctx, x), rg_transpose(ctx, w, 0, 1), RG_NONE).id != 0,
+        "rg_options.bf16: BF16 x with F32 w is cast, not refused: %s", rg_errmsg(ctx));
+  rg_close(ctx);
+  printf("misuse     %s  mixed dtypes, a BF16 bias and an I32 factor are refused\n",
+         failed() ? "FAIL" : "PASS");
+}
+
+int main(void) {
+  test_exact();
+  test_oom();
+  test_autocast();
+  test_gpt();
+  test_misuse();
+  return finish();
+}
