@@ -6,14 +6,16 @@ the other, and prints a table of step times and ratios (PyTorch time / resgrad t
 higher is better for resgrad). Every JSON line both programs print is kept in --log.
 
 usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
-           [--workloads mlp-small,gpt-char] [--modes f32,tf32] [--steps 50] [--log FILE]
+           [--workloads mlp-small,gpt-char] [--modes f32,tf32,bf16] [--steps 50] [--log FILE]
 
 Modes: resgrad f32 is compared with PyTorch eager-fp32; resgrad tf32 with eager-tf32 and
-compile-ro (torch.compile reduce-overhead, which runs TF32 as well).
+compile-ro (torch.compile reduce-overhead, which runs TF32 as well); resgrad bf16 with
+eager-bf16 and compile-ro-bf16 (torch.autocast to bfloat16, TF32 for the rest).
 """
 import argparse, json, subprocess, sys
 
-TORCH_MODES = {"f32": ["eager-fp32"], "tf32": ["eager-tf32", "compile-ro"]}
+TORCH_MODES = {"f32": ["eager-fp32"], "tf32": ["eager-tf32", "compile-ro"],
+               "bf16": ["eager-bf16", "compile-ro-bf16"]}
 
 
 def run(cmd, log):

@@ -3,9 +3,12 @@
  * resgrad: same shapes, same model structure, AdamW (lr 1e-3, weight decay 0.01), one
  * upload of the batch and one 4-byte read of the loss per step.
  *
- * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32] [--steps N] [--warm N]
+ * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--steps N] [--warm N]
  *                   [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
+ *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
+ *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
+ *         other float32 product, as torch_ref.py's bf16 modes)
  * output: one JSON line per workload: ms/step median and min over N timed steps after
  *         the warm-up, TFLOP/s (torch_ref.py's formula), peak memory in live tensors
  *         (peak_mib, as PyTorch's max_memory_allocated) and held by the pools' arenas
@@ -117,9 +120,19 @@ static double flops_of(rg_ctx *ctx, const work *w) {
          12.0 * (double)(w->L * w->C) * (double)(w->T * w->T) * (double)w->B / 2;
 }
 
-static int run(const work *w, rg_device dev, int tf32, int steps, int warm) {
+enum { F32, TF32, BF16 };
+static const char *const MODES[] = {"f32", "tf32", "bf16"};
+
+static int mode_of(const char *name) {
+  for (int m = F32; m <= BF16; m++)
+    if (!strcmp(name, MODES[m])) return m;
+  return -1;
+}
+
+static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   rg_ctx *ctx = NULL;
-  rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1, .tf32 = tf32});
+  rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1, .tf32 = mode != F32,
+                                             .bf16 = mode == BF16});
   if (st != RG_OK) {
     fprintf(stderr, "workloads: rg_open: %s\n", rg_status_str(st));
     return 1;
@@ -153,7 +166,7 @@ static int run(const work *w, rg_device dev, int tf32, int steps, int warm) {
          "\"up_bytes_per_step\":%.0f,"
          "\"down_bytes_per_step\":%.0f,\"launches_per_step\":%.1f,\"graph_replays\":%llu,"
          "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f}\n",
-         w->name, tf32 ? "tf32" : "f32", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
+         w->name, MODES[mode], rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
          (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
          (double)s1.device_peak / 1048576.0,
          (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
@@ -175,14 +188,14 @@ fail:
 
 int main(int argc, char **argv) {
   rg_device dev = RG_DEVICE_AUTO;
-  int steps = 20, warm = 3, nnames = 0, rc = 0, tf32 = 0;
+  int steps = 20, warm = 3, nnames = 0, rc = 0, mode = F32;
   const char *names[8];
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       const char *d = argv[++i];
       dev = !strcmp(d, "cpu") ? RG_DEVICE_CPU : !strcmp(d, "cuda") ? RG_DEVICE_CUDA : RG_DEVICE_AUTO;
-    } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
-      tf32 = !strcmp(argv[++i], "tf32");
+    } else if (!strcmp(argv[i], "--mode") && i + 1 < argc && mode_of(argv[i + 1]) >= 0) {
+      mode = mode_of(argv[++i]);
     } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
@@ -190,7 +203,7 @@ int main(int argc, char **argv) {
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
-      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32] [--steps N] [--warm N] "
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--steps N] [--warm N] "
               "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
       return 2;
     }
@@ -205,7 +218,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "workloads: unknown workload \"%s\"\n", names[i]);
       return 2;
     }
-    rc |= run(w, dev, tf32, steps, warm);
+    rc |= run(w, dev, mode, steps, warm);
   }
   return rc;
 }
