@@ -96,6 +96,40 @@ static out c_attention(rg_ctx *c) {
   rg_tensor k2 = P(c, "k2", D4(2, 3, 5, 16)), v2 = P(c, "v2", D4(2, 3, 5, 16));
   return weigh(c, rg_add(c, rg_attention(c, q, k, v, 1), rg_attention(c, q, k2, v2, 0)));
 }
+/* The tiled kernels of attention.cu: several 64-row tiles with the causal diagonal inside
+   them at GPT-2's head size; then sizes that are multiples of neither the tile nor 4, S
+   below and above T, and head sizes up to the bound of 128. Outputs of different shapes
+   are flattened and concatenated, so every one is compared. */
+static rg_tensor flat(rg_ctx *c, rg_tensor y) { return rg_reshape(c, y, 1, (int64_t[]){-1}); }
+static rg_tensor attn_of(rg_ctx *c, int i, int64_t B, int64_t H, int64_t T, int64_t S,
+                         int64_t D, int causal) {
+  char n[3][16];
+  for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "qkv"[j], i);
+  rg_tensor q = P(c, n[0], D4(B, H, T, D)), k = P(c, n[1], D4(B, H, S, D)),
+            v = P(c, n[2], D4(B, H, S, D));
+  return flat(c, rg_attention(c, q, k, v, causal));
+}
+static out c_attn_gpt(rg_ctx *c) {
+  rg_tensor q = P(c, "q", D4(1, 2, 256, 64)), k = P(c, "k", D4(1, 2, 256, 64)),
+            v = P(c, "v", D4(1, 2, 256, 64));
+  return weigh(c, rg_concat(c, flat(c, rg_attention(c, q, k, v, 1)),
+                            flat(c, rg_attention(c, q, k, v, 0)), 0));
+}
+static out c_attn_odd(rg_ctx *c) {
+  rg_tensor y = attn_of(c, 0, 2, 1, 77, 45, 48, 0);           /* S < T, full */
+  y = rg_concat(c, y, attn_of(c, 1, 1, 3, 70, 70, 20, 1), 0);  /* causal, D = 20 */
+  y = rg_concat(c, y, attn_of(c, 2, 1, 2, 77, 45, 48, 1), 0);  /* late rows see every key */
+  y = rg_concat(c, y, attn_of(c, 3, 1, 2, 45, 77, 37, 1), 0);  /* keys past T: dk = dv = 0;
+                                                                  D % 4 != 0: scalar loads */
+  y = rg_concat(c, y, attn_of(c, 4, 1, 1, 1, 130, 13, 0), 0);  /* one query, 3 key tiles */
+  return weigh(c, y);
+}
+static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation */
+  rg_tensor y = attn_of(c, 0, 1, 2, 100, 100, 128, 1);
+  y = rg_concat(c, y, attn_of(c, 1, 2, 1, 33, 130, 96, 0), 0);
+  y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
@@ -372,6 +406,25 @@ static void run_faults(void) {
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
+/* A head size past the tiled kernels' bound fails the drain with RG_ERR_UNSUPPORTED,
+   naming D and the bound; the context recovers. */
+static void run_attn_limit(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  rg_tensor q = rg_param(g, "q", RG_F32, D4(1, 1, 4, 129), normal(1));
+  rg_tensor s = rg_sum(g, rg_attention(g, q, q, q, 1), RG_ALL_AXES, 0);
+  float v;
+  int ok = rg_item(g, s, &v) == RG_ERR_UNSUPPORTED && msg_has(g, "D = 129") &&
+           msg_has(g, "128");
+  CHECK(ok, "attention with D = 129 on CUDA: %s", rg_errmsg(g));
+  rg_clear_error(g);
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
+  CHECK_ST(g, rg_item(g, rg_sum(g, q, RG_ALL_AXES, 0), &v), RG_OK);
+  printf("%-12s %s  D = 129 is RG_ERR_UNSUPPORTED, context recovers\n", "attn-limit",
+         ok && rg_error(g) == RG_OK ? "PASS" : "FAIL");
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
 /* A real device OOM (a 512 GiB parameter) is RG_ERR_OOM like a budget, with nothing lost;
    a step that reads only its loss makes one device->host copy of 4 bytes. */
 static void run_oom_and_sync(void) {
@@ -423,7 +476,9 @@ int main(void) {
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
-      {"attention", c_attention, 1e-5}, {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
+      {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
+      {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
+      {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
   };
@@ -433,6 +488,7 @@ int main(void) {
   run_checkpoint();
   run_graphs();
   run_faults();
+  run_attn_limit();
   run_oom_and_sync();
   return finish();
 }

@@ -1,0 +1,121 @@
+/*
+ * attention.c - the attention op alone at GPT-2 124M's shape: q, k, v [8,12,1024,64],
+ * causal, on the CUDA backend, timed on the CUDA graph path.
+ *
+ * A step is rg_step_begin, y = rg_attention(q, k, v, 1), loss = rg_sum(y), then (in the
+ * forward + backward runs) rg_backward(loss) and rg_zero_grad, and rg_item(loss): one
+ * drain, replayed as one captured graph from the third step on. q, k and v are
+ * parameters, so the backward pass computes dq, dk and dv and adds them to their
+ * gradients; the step therefore also holds the sum, its backward (an expand) and three
+ * gradient accumulations, small next to attention (a few % of the step at this shape).
+ *
+ * TFLOP/s counts the useful work the way FlashAttention reports it: a forward pass is
+ * 4 B H T S D flops (q k^T and p v), halved when causal; a backward pass is 2.5 times that
+ * (five products), so forward + backward is 3.5 times the forward.
+ *
+ * usage:  attention [steps]   (default 20 timed steps of each kind, after 5 warm-up steps)
+ * output: one JSON line, e.g.
+ *   {"bench":"attention","device":"...","B":8,"H":12,"T":1024,"D":64,"causal":1,
+ *    "fwd_ms":0.40,"fwd_bwd_ms":2.10,"fwd_tflops":32.1,"fwd_bwd_tflops":21.4,...}
+ *   with median milliseconds per step, or {"bench":"attention","skipped":"..."} (exit 0)
+ *   where there is no CUDA device.
+ * exit:   0, or 1 with a message on stderr if a call fails or the loss is not finite.
+ */
+#include <resgrad.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { B = 8, H = 12, T = 1024, D = 64, WARM = 5 };
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One step; returns its wall time in ms, or -1 on a failure (message printed). */
+static double step(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int backward) {
+  double t0 = now_ms();
+  rg_step_begin(ctx);
+  rg_tensor loss = rg_sum(ctx, rg_attention(ctx, q, k, v, 1), RG_ALL_AXES, 0);
+  if (backward) {
+    rg_backward(ctx, loss);
+    rg_zero_grad(ctx);
+  }
+  float l = NAN;
+  if (rg_item(ctx, loss, &l) != RG_OK || !isfinite(l)) {
+    fprintf(stderr, "attention: step failed: %s (loss %g)\n", rg_errmsg(ctx), (double)l);
+    return -1;
+  }
+  return now_ms() - t0;
+}
+
+/* Median ms per step over n timed steps after WARM untimed ones; -1 on a failure. */
+static double timed(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int backward, int n) {
+  double *ms = malloc(sizeof(double) * (size_t)n), med = -1;
+  if (!ms) return -1;
+  int i = 0;
+  for (int w = 0; w < WARM; w++)
+    if (step(ctx, q, k, v, backward) < 0) goto done;
+  for (; i < n; i++)
+    if ((ms[i] = step(ctx, q, k, v, backward)) < 0) goto done;
+  qsort(ms, (size_t)n, sizeof *ms, cmp_d);
+  med = ms[n / 2];
+done:
+  free(ms);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  int steps = argc > 1 ? atoi(argv[1]) : 20;
+  if (steps <= 0) {
+    fprintf(stderr, "usage: %s [steps > 0]\n", argv[0]);
+    return 1;
+  }
+  rg_ctx *ctx = NULL;
+  rg_status st = rg_open(&ctx, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .seed = 1});
+  if (st != RG_OK) {
+    printf("{\"bench\":\"attention\",\"skipped\":\"no CUDA device (%s)\"}\n", rg_status_str(st));
+    return 0;
+  }
+  rg_init init = {RG_INIT_NORMAL, 1.0f, 0};
+  int64_t dims[4] = {B, H, T, D};
+  rg_tensor q = rg_param(ctx, "q", RG_F32, 4, dims, init);
+  rg_tensor k = rg_param(ctx, "k", RG_F32, 4, dims, init);
+  rg_tensor v = rg_param(ctx, "v", RG_F32, 4, dims, init);
+  if (rg_error(ctx) != RG_OK) {
+    fprintf(stderr, "attention: %s\n", rg_errmsg(ctx));
+    rg_close(ctx);
+    return 1;
+  }
+  double fwd = timed(ctx, q, k, v, 0, steps);
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  double both = fwd < 0 ? -1 : timed(ctx, q, k, v, 1, steps);
+  rg_stats_get(ctx, &s1);
+  if (fwd < 0 || both < 0) {
+    rg_close(ctx);
+    return 1;
+  }
+  double flop = 4.0 * B * H * (double)T * T * D / 2; /* causal forward */
+  printf("{\"bench\":\"attention\",\"device\":\"%s\",\"B\":%d,\"H\":%d,\"T\":%d,\"D\":%d,"
+         "\"causal\":1,\"steps\":%d,\"fwd_ms\":%.3f,\"fwd_bwd_ms\":%.3f,\"bwd_ms\":%.3f,"
+         "\"fwd_tflops\":%.2f,\"fwd_bwd_tflops\":%.2f,\"graph_replays\":%llu}\n",
+         rg_device_name(ctx), B, H, T, D, steps, fwd, both, both - fwd,
+         flop / (fwd * 1e9), 3.5 * flop / (both * 1e9),
+         (unsigned long long)(s1.graph_replays - s0.graph_replays));
+  st = rg_close(ctx);
+  if (st != RG_OK) {
+    fprintf(stderr, "attention: rg_close failed: %s\n", rg_status_str(st));
+    return 1;
+  }
+  return 0;
+}
