@@ -115,6 +115,9 @@ static out c_attn_gpt(rg_ctx *c) {
   return weigh(c, rg_concat(c, flat(c, rg_attention(c, q, k, v, 1)),
                             flat(c, rg_attention(c, q, k, v, 0)), 0));
 }
+static out c_attn_long(rg_ctx *c) { /* GPT-2's sequence length: 16 tiles of queries */
+  return weigh(c, attn_of(c, 0, 1, 1, 1024, 1024, 64, 1));
+}
 static out c_attn_odd(rg_ctx *c) {
   rg_tensor y = attn_of(c, 0, 2, 1, 77, 45, 48, 0);           /* S < T, full */
   y = rg_concat(c, y, attn_of(c, 1, 1, 3, 70, 70, 20, 1), 0);  /* causal, D = 20 */
@@ -478,6 +481,7 @@ int main(void) {
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
+      {"attn-long", c_attn_long, 1e-5},
       {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
