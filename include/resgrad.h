@@ -281,7 +281,9 @@ RG_API rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps
    RG_ERR_MISUSE at the barrier, naming the value; nothing is written. d: scatter-add. */
 RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
 /* softmax(q k^T / sqrt(D) [+ causal mask]) v on [B,H,T,D] (k, v: [B,H,S,D]).
-   causal masks key s > query t (aligned at the start). d: q, k and v. */
+   causal masks key s > query t (aligned at the start). d: q, k and v. The CUDA backend
+   runs it as one fused kernel (no T x S matrix in memory) for head sizes D <= 128; a
+   larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
 /* Mean cross-entropy of logits [..., C] against I32 targets [...]; a scalar. A target

@@ -1362,6 +1362,13 @@ static int open_model(run *r) {
            st == RG_ERR_UNSUPPORTED ? " (no CUDA in this build or machine; use --device cpu)" : "");
     return EXIT_RUNTIME;
   }
+  if (rg_device_kind(r->ctx) == RG_DEVICE_CUDA && o->width / o->heads > 128) {
+    errorf("--width %lld / --heads %lld is a head size of %lld; on a GPU it is at most 128 "
+           "(use --heads %lld or more, or --device cpu)", (long long)o->width,
+           (long long)o->heads, (long long)(o->width / o->heads),
+           (long long)((o->width + 127) / 128));
+    return EXIT_USAGE;
+  }
   rg_gpt_config cfg = {r->t.vocab, r->t.T, o->layers, o->width, o->heads, 0.0f};
   r->gpt = rg_gpt_new(r->ctx, &cfg, NULL);
   if (!r->gpt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot build the model");
