@@ -13,7 +13,8 @@
  *         the warm-up, TFLOP/s (torch_ref.py's formula), peak memory in live tensors
  *         (peak_mib, as PyTorch's max_memory_allocated) and held by the pools' arenas
  *         (device_mib, as its max_memory_reserved), host<->device
- *         bytes per step, kernel launches per step, graph replays, the first loss.
+ *         bytes per step, nodes per step (kernels, each a node of the step's graph),
+ *         launches per step (1 once the graph replays), graph replays, the first loss.
  */
 #include <resgrad.h>
 #include <resgrad_nn.h>
@@ -164,12 +165,14 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   printf("{\"work\":\"%s\",\"mode\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,\"ms_min\":%.4f,"
          "\"record_ms_median\":%.4f,\"tflops\":%.3f,\"peak_mib\":%.1f,\"device_mib\":%.1f,"
          "\"up_bytes_per_step\":%.0f,"
-         "\"down_bytes_per_step\":%.0f,\"launches_per_step\":%.1f,\"graph_replays\":%llu,"
+         "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
+         "\"graph_replays\":%llu,"
          "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f}\n",
          w->name, MODES[mode], rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
          (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
          (double)s1.device_peak / 1048576.0,
          (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
+         (double)(s1.nodes_executed - s0.nodes_executed) / steps,
          (double)(s1.launches - s0.launches) / steps,
          (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l);
   fflush(stdout);
