@@ -1,10 +1,12 @@
 /*
  * workloads.c - the reference training workloads of ../shared/bench/torch_ref.py, run by
  * resgrad: same shapes, same model structure, AdamW (lr 1e-3, weight decay 0.01), one
- * upload of the batch and one 4-byte read of the loss per step.
+ * 4-byte read of the loss per step. As in torch_ref.py the batch is made once and stays
+ * on the device (rg_constant); --upload uploads it every step instead (rg_input), as a
+ * training loop over a host-side dataset does.
  *
- * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--steps N] [--warm N]
- *                   [workload ...]
+ * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
+ *                   [--steps N] [--warm N] [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
@@ -50,8 +52,13 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
+   --upload makes every step upload it with rg_input instead. */
+static int upload;
+
 typedef struct model {
   const work *w;
+  rg_tensor bx, by; /* the resident batch */
   rg_tensor wt[4], bs[4];
   rg_gpt *gpt;
   float *x;
@@ -79,6 +86,10 @@ static int build(rg_ctx *ctx, model *m) {
       m->x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1);
     }
     for (int64_t i = 0; i < w->B; i++) m->y[i] = (int32_t)((r >> 33) % (uint64_t)w->dims[w->ndims - 1]), r = r * 6364136223846793005ull + 1;
+    if (!upload) {
+      m->bx = rg_constant(ctx, RG_F32, 2, (int64_t[]){w->B, w->dims[0]}, m->x);
+      m->by = rg_constant(ctx, RG_I32, 1, &w->B, m->y);
+    }
     return rg_error(ctx) == RG_OK;
   }
   rg_gpt_config cfg = {.vocab = w->V, .block = w->T, .layers = w->L, .width = w->C, .heads = w->H};
@@ -91,22 +102,26 @@ static int build(rg_ctx *ctx, model *m) {
     m->xi[i] = (int32_t)((r >> 33) % (uint64_t)w->V);
     m->y[i] = (int32_t)((r >> 13) % (uint64_t)w->V);
   }
-  return m->gpt != NULL;
+  if (!upload) {
+    m->bx = rg_constant(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->xi);
+    m->by = rg_constant(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->y);
+  }
+  return m->gpt != NULL && rg_error(ctx) == RG_OK;
 }
 
 static rg_tensor loss_of(rg_ctx *ctx, model *m) {
   const work *w = m->w;
   if (w->gpt) {
-    rg_tensor x = rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->xi);
-    rg_tensor y = rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->y);
+    rg_tensor x = upload ? rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->xi) : m->bx;
+    rg_tensor y = upload ? rg_input(ctx, RG_I32, 2, (int64_t[]){w->B, w->T}, m->y) : m->by;
     return rg_gpt_loss(m->gpt, x, y);
   }
-  rg_tensor h = rg_input(ctx, RG_F32, 2, (int64_t[]){w->B, w->dims[0]}, m->x);
+  rg_tensor h = upload ? rg_input(ctx, RG_F32, 2, (int64_t[]){w->B, w->dims[0]}, m->x) : m->bx;
   for (int i = 0; i + 1 < w->ndims; i++) {
     h = rg_linear(ctx, h, m->wt[i], m->bs[i]);
     if (i + 2 < w->ndims) h = rg_relu(ctx, h);
   }
-  return rg_cross_entropy(ctx, h, rg_input(ctx, RG_I32, 1, &w->B, m->y));
+  return rg_cross_entropy(ctx, h, upload ? rg_input(ctx, RG_I32, 1, &w->B, m->y) : m->by);
 }
 
 static double flops_of(rg_ctx *ctx, const work *w) {
@@ -162,13 +177,14 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
   qsort(tr, (size_t)steps, sizeof *tr, cmp_d);
   double med = ts[steps / 2];
-  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,\"ms_min\":%.4f,"
+  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"input\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,"
+         "\"ms_min\":%.4f,"
          "\"record_ms_median\":%.4f,\"tflops\":%.3f,\"peak_mib\":%.1f,\"device_mib\":%.1f,"
          "\"up_bytes_per_step\":%.0f,"
          "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
          "\"graph_replays\":%llu,"
          "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f}\n",
-         w->name, MODES[mode], rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
+         w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
          (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
          (double)s1.device_peak / 1048576.0,
          (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
@@ -201,12 +217,14 @@ int main(int argc, char **argv) {
       mode = mode_of(argv[++i]);
     } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--upload")) {
+      upload = 1;
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
       warm = atoi(argv[++i]);
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
-      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--steps N] [--warm N] "
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--steps N] [--warm N] "
               "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
       return 2;
     }

@@ -190,6 +190,13 @@ RG_API void rg_set_training(rg_ctx *ctx, int training);
    upload is queued and counted in stats (site RG_SITE_INPUT). host == NULL: MISUSE. */
 RG_API rg_tensor rg_input(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *dims,
                           const void *host);
+/* A tensor that stays on the device across steps: copies host now (as rg_input), lives
+   in the persistent pool until it is reset, needs no gradient, is not a parameter (no
+   optimizer updates it, checkpoints leave it out). For data a model reads every step
+   without uploading it again: a dataset that fits on the GPU, a fixed batch, a mask.
+   rg_write replaces its contents. Counted as site RG_SITE_INPUT. Not a barrier. */
+RG_API rg_tensor rg_constant(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *dims,
+                             const void *host);
 /* A parameter: persistent, requires grad, named (unique, 1 to 255 bytes; checkpoints use
    the name, so "__metadata__" and names starting with "optim." are reserved) and filled
    as init says. Its gradient buffer is made with it, zeroed. */

@@ -1033,6 +1033,40 @@ static void test_autograd(void) {
 
 /* rg_linear on a 3-axis input: the backward pass views x as [rows, in]. Gradients of x,
    of a parameter before it and of the weight, against sums computed here. */
+/* rg_constant: persistent without being a parameter - it outlives steps, gets no
+   gradient, no optimizer update and no place in checkpoints; rg_write replaces it. */
+static void test_constant(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  float c[3] = {1, 2, 3}, g[3], v[3];
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){3}, (rg_init){RG_INIT_ONES, 0, 0});
+  rg_tensor k = rg_constant(ctx, RG_F32, 1, (int64_t[]){3}, c);
+  CHECK(k.id && rg_param_count(ctx) == 1, "a constant is not a parameter");
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.5f});
+  for (int s = 0; s < 2; s++) {
+    CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+    rg_tensor loss = rg_sum(ctx, rg_mul(ctx, w, k), RG_ALL_AXES, 0);
+    CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), g, sizeof g), RG_OK);
+    CHECK(g[0] == 1 && g[1] == 2 && g[2] == 3, "d/dw = the constant: %g %g %g", g[0], g[1], g[2]);
+    CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+    CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  }
+  CHECK(!rg_grad(ctx, k).id && rg_error(ctx) == RG_ERR_MISUSE, "a constant has no gradient");
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_read(ctx, k, v, sizeof v), RG_OK);
+  CHECK(!memcmp(v, c, sizeof c), "unchanged by two optimizer steps: %g %g %g", v[0], v[1], v[2]);
+  c[1] = -4;
+  CHECK_ST(ctx, rg_write(ctx, k, c, sizeof c), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, k, v, sizeof v), RG_OK);
+  CHECK(v[1] == -4, "rg_write replaces it: %g", v[1]);
+  CHECK(!rg_constant(ctx, RG_F32, 1, (int64_t[]){3}, NULL).id && msg_has(ctx, "host is NULL"),
+        "NULL host: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 static void test_linear3d_grad(void) {
   rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 4});
   if (!ctx) return;
@@ -1248,6 +1282,7 @@ int main(void) {
   test_guard();
   test_autograd();
   test_linear3d_grad();
+  test_constant();
   test_alloc_failures();
   return finish();
 }

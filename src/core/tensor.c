@@ -305,6 +305,31 @@ rg_tensor rg_input(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, cons
   return rg__commit(ctx, n) == RG_OK ? rg__handle(ctx, out) : RG_NONE;
 }
 
+rg_tensor rg_constant(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims,
+                      const void *host) {
+  if (!ctx) return RG_NONE;
+  if (!valid_dtype(dt))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_constant", "dtype %d is not RG_F32, RG_BF16 or "
+                    "RG_I32", dt), RG_NONE;
+  if (!host)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_constant", "host is NULL; pass the bytes to "
+                    "upload"), RG_NONE;
+  rg_pool_s *p = &ctx->pool[RG_POOL_PERSISTENT];
+  size_t bytes0 = p->bytes;
+  uint32_t n0 = p->n;
+  uint32_t c = rg__new(ctx, RG_POOL_PERSISTENT, dt, ndim, dims, "rg_constant");
+  if (!c) return RG_NONE;
+  rg_tinfo *t = rg__t(ctx, c);
+  rg_status st = ctx->be->upload(ctx, t->data, host, t->nbytes);
+  if (st != RG_OK) { /* as rg_param: the arena bump stays, the table entry goes */
+    p->bytes = bytes0;
+    p->n = n0;
+    return rg__fail(ctx, st, "rg_constant", "the upload failed"), RG_NONE;
+  }
+  count(&ctx->st.up, &ctx->st.up_site[RG_SITE_INPUT], t->nbytes);
+  return rg__handle(ctx, c);
+}
+
 /* Parameter init values come from Philox keyed by (seed, parameter index), so a model
    is the same whatever else the context did before building it. */
 static void init_values(float *v, int64_t n, rg_init init, uint64_t seed, uint64_t idx) {
