@@ -329,7 +329,9 @@ RG_API rg_tensor rg_detach(rg_ctx *ctx, rg_tensor x);
    table, so nothing runs until a barrier. Parameter gradients (persistent) accumulate
    across calls until rg_zero_grad. A loss with more than one element or no gradient
    path: MISUSE. If it fails part-way (RG_ERR_OOM), nothing it recorded stays queued, so
-   no gradient is half-accumulated and the step can be retried. Not a barrier. */
+   no gradient is half-accumulated and the step can be retried. (Once it has succeeded,
+   its accumulation is queued: a caller that redoes the step after a later call failed -
+   the clip, the optimizer step - calls rg_zero_grad first.) Not a barrier. */
 RG_API rg_status rg_backward(rg_ctx *ctx, rg_tensor loss);
 /* The gradient of t: for a parameter its persistent buffer; for another tensor the pass
    gradient the last rg_backward recorded, which exists only if rg_retain_grad(t) was
