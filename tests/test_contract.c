@@ -1067,6 +1067,30 @@ static void test_constant(void) {
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
 }
 
+/* A call whose own internal step fails returns that failure's status, not an earlier
+   call's sticky error (which stays the one reported). */
+static void test_own_status(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  rg_param(ctx, "w", RG_F32, 1, (int64_t[]){4}, (rg_init){0});
+  CHECK(rg_optim_set_lr(NULL, 1) == RG_ERR_MISUSE, "no optimizer");
+  CHECK(rg_add(ctx, RG_NONE, RG_NONE).id == 0 && rg_error(ctx) == RG_ERR_MISUSE, "sticky MISUSE");
+  ctx->alloc_fail_at = ctx->alloc_count + 1; /* the optimizer's first allocation fails */
+  CHECK(!rg_optim_adamw(ctx, NULL) && ctx->last == RG_ERR_OOM, "rg_optim_adamw: OOM");
+  ctx->alloc_fail_at = 0;
+  rg_optim *opt = rg_optim_adamw(ctx, NULL);
+  CHECK(opt != NULL, "then it succeeds");
+  size_t budget = ctx->pool[RG_POOL_PERSISTENT].budget; /* no room for the clip's state */
+  ctx->pool[RG_POOL_PERSISTENT].budget = ctx->pool[RG_POOL_PERSISTENT].bytes;
+  CHECK(rg_clip_grad_norm(ctx, 1) == RG_ERR_OOM, "rg_clip_grad_norm returns its own OOM");
+  ctx->pool[RG_POOL_PERSISTENT].budget = budget;
+  CHECK(rg_error(ctx) == RG_ERR_MISUSE, "the first error stays the one reported: %s",
+        rg_status_str(rg_error(ctx)));
+  rg_clear_error(ctx);
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 static void test_linear3d_grad(void) {
   rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 4});
   if (!ctx) return;
@@ -1283,6 +1307,7 @@ int main(void) {
   test_autograd();
   test_linear3d_grad();
   test_constant();
+  test_own_status();
   test_alloc_failures();
   return finish();
 }

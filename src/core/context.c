@@ -68,6 +68,7 @@ const char *rg__label_str(rg_ctx *ctx, uint32_t label) {
 }
 
 rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt, ...) {
+  if (ctx && st != RG_OK) ctx->last = st;
   if (!ctx || st == RG_OK || ctx->err != RG_OK) return st;
   ctx->err = st;
   const char *lab = ctx->lsp > 0 ? rg__label_str(ctx, ctx->lstack[ctx->lsp - 1]) : "";
@@ -82,6 +83,7 @@ rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt,
 }
 
 rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...) {
+  if (ctx && st != RG_OK) ctx->last = st;
   if (!ctx || st == RG_OK || ctx->err != RG_OK) return st;
   const char *lab = ctx->lsp > 0 ? rg__label_str(ctx, ctx->lstack[ctx->lsp - 1]) : "";
   int n = *lab ? snprintf(ctx->errmsg, sizeof ctx->errmsg, "[%s] ", lab) : 0;

@@ -145,6 +145,8 @@ struct rg_ctx {
   void *be_state;          /* the backend's own */
   char devname[96];
   rg_status err;
+  rg_status last;          /* the most recent failure's status, sticky error or not: what
+                              a call returns after an internal step of it failed */
   char errmsg[1024];
   rg_pool_s pool[2];
   rg_node *nodes;

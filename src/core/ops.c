@@ -45,7 +45,7 @@ rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *ou
                    rg_optab[op].name);
     if (!o[j]) {
       ctx->n_nodes--; /* outputs already made stay unreferenced until the pass resets */
-      return ctx->err != RG_OK ? ctx->err : RG_ERR_OOM;
+      return ctx->last; /* rg__new's own failure, not an earlier sticky error */
     }
   }
   rg_node *n = &ctx->nodes[ctx->n_nodes - 1];

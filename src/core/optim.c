@@ -18,7 +18,7 @@ static rg_status new_state(rg_ctx *ctx, rg_list *l, int n, bool make) {
   for (int i = 0; make && i < n; i++) {
     rg_shape s = rg__shape(ctx, ctx->prefs[i]); /* a copy: rg__new may move the table */
     uint32_t r = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, s.ndim, s.dims, "rg_optim");
-    if (!r) return ctx->err;
+    if (!r) return ctx->last;
     rg_status st = ctx->be->zero(ctx, rg__t(ctx, r)->data, rg__t(ctx, r)->nbytes);
     if (st != RG_OK) return rg__fail(ctx, st, "rg_optim", "could not zero optimizer state");
     l->ref[i] = r;
@@ -43,9 +43,9 @@ static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, 
   }
   int64_t hd = RG_H_COUNT, one = 1;
   if (st == RG_OK && !(o->hyper = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 1, &hd, "rg_optim")))
-    st = ctx->err;
+    st = ctx->last;
   if (st == RG_OK && !(o->step = rg__new(ctx, RG_POOL_PERSISTENT, RG_I32, 1, &one, "rg_optim")))
-    st = ctx->err;
+    st = ctx->last;
   if (st == RG_OK) st = ctx->be->upload(ctx, rg__t(ctx, o->hyper)->data, hyper, RG_H_COUNT * 4);
   if (st == RG_OK) st = ctx->be->zero(ctx, rg__t(ctx, o->step)->data, 4);
   if (st != RG_OK) {
@@ -117,7 +117,7 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   float *stage = rg__stage(ctx, sizeof lr);
   if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_optim_set_lr", "out of staging memory");
   *stage = lr;
-  if (!rg__record(ctx, RG_OP_UPLOAD)) return ctx->err;
+  if (!rg__record(ctx, RG_OP_UPLOAD)) return ctx->last;
   rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
   n->out[0] = o->hyper;
   n->i[0] = RG_H_LR * 4;
@@ -151,7 +151,7 @@ rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm) {
   if (!ctx->clip) {
     int64_t two = 2;
     uint32_t c = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 1, &two, "rg_clip_grad_norm");
-    if (!c) return ctx->err;
+    if (!c) return ctx->last;
     rg_status st = ctx->be->zero(ctx, rg__t(ctx, c)->data, 8);
     if (st != RG_OK) return rg__fail(ctx, st, "rg_clip_grad_norm", "could not zero its state");
     ctx->clip = c;
