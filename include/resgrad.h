@@ -395,8 +395,9 @@ RG_API rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt);
    it, and the model, optimizer and metadata are left exactly as they were. On success
    the parameters, opt's state, the RNG state (seed and dropout step counter) and the
    metadata are restored. With opt == NULL only the parameters are loaded: the file's
-   optimizer state ("optim.*", still checked to lie inside the file) is skipped, so a
-   training checkpoint opens for inference. */
+   optimizer state (optim.hyper, optim.step, optim.m.<name> and optim.v.<name> of this
+   model's parameters, still checked like the rest) is skipped, so a training checkpoint
+   opens for inference. */
 RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
 /* String metadata saved in the checkpoint's __metadata__ (e.g. a model's config). Keys
    are non-empty, at most 255 bytes, values at most 1023; the keys "format",

@@ -246,6 +246,10 @@ static void test_bad_files(void) {
            "\"data_offsets\":[324,328]}}", w1, b1, w2);
   with_header(j, 328);
   expect_io(&m, "skipped optimizer state twice", "twice");
+  snprintf(j, sizeof j, "{%s,%s,%s,\"optim.m.fc9.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[320,324]}}", w1, b1, w2);
+  with_header(j, 324);
+  expect_io(&m, "optimizer state of a parameter this model lacks", "fc9.weight");
   with_opt = 1;
   free(good);
 

@@ -444,10 +444,21 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/* An optimizer tensor a save of this model could have written: optim.hyper,
+   optim.step, or optim.m. / optim.v. and one of its parameters' names. */
+static bool optim_name(rg_ctx *ctx, const char *name) {
+  if (!strcmp(name, "optim.hyper") || !strcmp(name, "optim.step")) return true;
+  if (strncmp(name, "optim.m.", 8) && strncmp(name, "optim.v.", 8)) return false;
+  for (int i = 0; i < ctx->nparams; i++)
+    if (!strcmp(name + 8, ctx->pnames[i])) return true;
+  return false;
+}
+
 /* Parses and checks the header against the n expected entries. Returns "" or a reason.
-   With skip_optim (a load without an optimizer), up to cap_skip tensors named "optim.*"
-   are appended to e as skipped entries (*nskip of them): checked like the others
-   (duplicates, offsets, overlaps), then not read. */
+   With cap_skip > 0 (a load without an optimizer), up to cap_skip tensors of optimizer
+   state this model's save could have written (optim_name) are appended to e as skipped
+   entries (*nskip of them): checked like the others (duplicates, offsets, overlaps),
+   then not read. */
 static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t data_len,
                                 int cap_skip, int *nskip, jmeta *md, char *why, size_t cap) {
   if (!lit(j, '{')) return "the header is not a JSON object";
@@ -465,7 +476,7 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     if (!jtensor_read(j, &t)) return j->err;
     int k = 0;
     while (k < n + *nskip && strcmp(e[k].name, name)) k++;
-    if (k == n + *nskip && cap_skip && !strncmp(name, "optim.", 6)) {
+    if (k == n + *nskip && cap_skip && optim_name(ctx, name)) {
       if (*nskip == cap_skip) return "it holds more optimizer state than this model has";
       snprintf(e[k].name, sizeof e[k].name, "%s", name);
       e[k].skip = 1;
