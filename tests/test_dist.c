@@ -24,12 +24,13 @@
  *  (c) a rank that exits mid-run (rank 1, then rank 0) makes the other's next step fail
  *      with RG_ERR_IO naming it, long before the timeout (20 s), with its weights those
  *      of the last complete step; a rank that stops without exiting makes the other fail
- *      after the timeout (1 s), not before; later steps fail at once with the message;
+ *      after the timeout (2 s), not before; later steps fail at once with the message;
  *  (d) settings and rendezvous errors: missing and malformed RG_WORLD_SIZE, RG_RANK,
  *      RG_RENDEZVOUS, RG_DIST_TIMEOUT and options (MISUSE, naming them), no parameters
  *      yet, a second rg_dist_init, rank 0 alone and rank 1 alone (IO after the timeout,
- *      naming the missing rank), two ranks with different models (MISUSE on rank 0, IO
- *      on rank 1); after each the context works and is not distributed;
+ *      naming the missing rank), two ranks with different models or buckets (MISUSE on
+ *      rank 0 naming rank 1, IO on rank 1); after each the context works and is not
+ *      distributed;
  *  (e) resgrad-run: a failing rank makes it exit with that rank's status, naming it, and
  *      stop the others within its grace period; every rank gets its environment.
  */
@@ -437,7 +438,7 @@ static int g_victim, g_hang; /* which rank fails, and whether it hangs instead o
 
 static void victim(int rank, int world, int port, result *r) {
   mlp m;
-  rg_ctx *ctx = join(rank, world, port, g_hang ? 1 : 20, 0, 0, &m, r);
+  rg_ctx *ctx = join(rank, world, port, g_hang ? 2 : 20, 0, 0, &m, r);
   if (!ctx) return;
   float l;
   for (int s = 0; s < DIE_AFTER; s++) CHECK_ST(ctx, step(ctx, &m, s, rank * B, B, &l), RG_OK);
@@ -466,7 +467,7 @@ static void test_victim(int who, int hang) {
   snprintf(tag, sizeof tag, "%s%d", hang ? "hang" : "die", who);
   if (!run_ranks(tag, 2, victim, hang ? who : -1, 60, res)) return;
   const result *r = &res[1 - who];
-  snprintf(want, sizeof want, hang ? "rank %d sent nothing for 1 s" :
+  snprintf(want, sizeof want, hang ? "rank %d sent nothing for 2 s" :
            "rank %d closed its connection", who);
   CHECK(r->status == RG_ERR_IO && strstr(r->msg, want), "rank %d after rank %d %s: %s "
         "(want RG_ERR_IO and \"%s\"): %s", 1 - who, who, hang ? "hung" : "exited",
@@ -474,8 +475,8 @@ static void test_victim(int who, int hang) {
   CHECK(strstr(r->msg, "rg_dist_allreduce") != NULL, "the message does not name the "
         "all-reduce: %s", r->msg);
   if (hang)
-    CHECK(r->seconds >= 0.9 && r->seconds < 15, "a hung peer failed the step after %.2f s "
-          "with a 1 s timeout", r->seconds);
+    CHECK(r->seconds >= 1.9 && r->seconds < 15, "a hung peer failed the step after %.2f s "
+          "with a 2 s timeout", r->seconds);
   else
     CHECK(r->seconds < 10, "a dead peer failed the step after %.2f s (timeout 20 s)",
           r->seconds);
@@ -566,17 +567,27 @@ static void test_settings(void) {
         "0.5 s)", r.aux[0]);
 }
 
-/* Rank 1 builds a wider first layer. */
+/* Rank 1 builds a wider first layer, or (g_buckets) makes a bucket of each gradient
+   where rank 0 makes one of all. */
+static int g_buckets;
 static void mismatch(int rank, int world, int port, result *r) {
   mlp m;
-  rg_close(join(rank, world, port, 20, 0, 1, &m, r));
+  float l;
+  rg_ctx *ctx = join(rank, world, port, 20, g_buckets && rank ? 1 : 0, !g_buckets, &m, r);
+  if (ctx) keep_error(ctx, r, step(ctx, &m, 0, rank * B, B, &l));
+  rg_close(ctx);
 }
 
-static void test_mismatch(void) {
+static void test_mismatch(int buckets) {
   result res[2];
+  const char *want = buckets ? "rank 1 sent message 3/0/12 where this rank, averaging "
+                               "gradients (all-reduce 0, 1612 bytes), expected 3/0/1612"
+                             : "rank 1 built another model";
+  g_buckets = buckets;
   if (!run_ranks("mismatch", 2, mismatch, -1, 60, res)) return;
-  CHECK(res[0].status == RG_ERR_MISUSE && strstr(res[0].msg, "rank 1 built another model"),
-        "rank 0 with a different rank 1: %s: %s", rg_status_str(res[0].status), res[0].msg);
+  CHECK(res[0].status == RG_ERR_MISUSE && strstr(res[0].msg, want), "rank 0 with a "
+        "different rank 1: %s: %s (want \"%s\")", rg_status_str(res[0].status), res[0].msg,
+        want);
   CHECK(res[1].status == RG_ERR_IO && strstr(res[1].msg, "rank 0 closed its connection"),
         "rank 1 with a different model: %s: %s", rg_status_str(res[1].status), res[1].msg);
 }
@@ -646,7 +657,8 @@ int main(int argc, char **argv) {
   test_victim(0, 0);
   test_victim(1, 1);
   test_settings();
-  test_mismatch();
+  test_mismatch(0);
+  test_mismatch(1);
   test_launcher();
   if (!failed()) printf("test_dist: all checks passed\n");
   return finish();

@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
   int n = 0, port = 0, i = 1;
   double grace = 3;
   const char *timeout = NULL;
-  for (; i < argc && strcmp(argv[i], "--"); i++) {
+  while (i < argc && strcmp(argv[i], "--")) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
               v ? ": " : "", v ? v : "");
       return 2;
     }
-    i++; /* the value */
+    i += 2; /* the option and its value */
   }
   if (!n || i + 1 >= argc) {
     fprintf(stderr, PROG ": %s (see --help)\n",

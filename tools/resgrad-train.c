@@ -25,9 +25,9 @@
  * step and one rg_item, the step's only barrier.
  *
  * Invariants:
- *  - the batch of step s is a pure function of (seed, s, rank) and the learning rate of step s
- *    a pure function of (s, --steps, --warmup, --lr); the optimizer state travels in the
- *    checkpoint. So N steps + --save + --resume for the rest gives the same losses, bit
+ *  - the batch of step s is a pure function of (seed, s, rank) and the learning rate of
+ *    step s a pure function of (s, --steps, --warmup, --lr); the optimizer state travels
+ *    in the checkpoint. So N steps + --save + --resume for the rest gives the same losses, bit
  *    for bit, as one uninterrupted run (tests/test_train.c checks it).
  *  - evaluation never changes what training computes (no dropout, no shared RNG), so
  *    --eval-every changes the plot but not the losses.

@@ -261,7 +261,8 @@ static rg_status gather(rg_dist *d, const char *host, const char *port, const hd
                  who);
     } else if (c >= 0) {
       setup(c);
-      if (io(c, &h, sizeof h, false, d->ms) || h.magic != MAGIC || h.kind != M_HELLO) {
+      if (io(c, &h, sizeof h, false, ms_left(deadline)) || h.magic != MAGIC ||
+          h.kind != M_HELLO) {
         close(c);
       } else if (h.b != (uint64_t)d->world || h.a == 0 || h.a >= h.b || d->fd[h.a] >= 0) {
         close(c);
