@@ -69,7 +69,8 @@ typedef enum rg_status { /* values pinned forever */
   RG_ERR_OOM = -3,         /* a pool budget or the machine ran out; nothing was allocated */
   RG_ERR_DEVICE = -4,      /* the device reported a fault */
   RG_ERR_NONFINITE = -5,   /* a NaN or Inf where finite values were promised */
-  RG_ERR_IO = -6,          /* file missing, unreadable, corrupt or for another model */
+  RG_ERR_IO = -6,          /* file missing, unreadable, corrupt or for another model;
+                              a peer rank unreachable, gone or silent past the timeout */
   RG_ERR_UNSUPPORTED = -7, /* not available in this build or on this device */
   RG_ERR_FAILED = -8       /* the value was pending in a drain that failed */
 } rg_status;
@@ -387,7 +388,9 @@ RG_API void rg_optim_free(rg_optim *opt);
 /* ---- checkpoints --------------------------------------------------------------------- */
 
 /* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,
-   atomically (temporary file, fsync, rename). */
+   atomically (temporary file, fsync, rename). On a rank other than 0 of a distributed
+   context (rg_dist_init) it writes nothing and returns the barrier's status: rank 0
+   writes the checkpoint, whose weights are every rank's. */
 RG_API rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt);
 /* Barrier; validates the whole file first (header length, JSON, names, dtypes, shapes,
    offsets inside the file, no overlaps, every parameter and, with opt, all of its state
@@ -406,6 +409,92 @@ RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
    the key is set again, rg_load or rg_close) or NULL; after rg_load it holds the file's. */
 RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
 RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
+
+/* ---- distributed (data-parallel) training ------------------------------------------
+   One process per rank, each with its own context and the same model; each trains on its
+   own share of the batch. rg_dist_init connects the ranks and gives every rank rank 0's
+   parameters; from then on every rg_backward also records the averaging of the
+   parameter gradients across the ranks (an all-reduce), so the optimizer steps of all
+   ranks see the same gradients and the weights stay bit-identical on every rank.
+   Nothing else changes: the same program runs on every rank (the launcher resgrad-run
+   starts them), and rank 0 alone writes checkpoints (rg_save on another rank writes
+   nothing).
+
+   Transport. Rank 0 listens on the rendezvous address ("tcp:HOST:PORT"); every other
+   rank connects to it, retrying until the timeout. The all-reduce goes through rank 0:
+   it adds the ranks' gradients in rank order (rank 0's + rank 1's + ...), divides by the
+   world size and sends the result back, so every rank gets the same bits whatever the
+   timing. This CPU transport is what this version has: a CUDA context of more than one
+   rank gets RG_ERR_UNSUPPORTED from rg_dist_init. The CUDA transport is designed but not
+   written yet (it needs a multi-GPU machine to be validated): one GPU per rank, the NCCL
+   unique id passed over the same rendezvous, each gradient bucket one ncclAllReduce
+   (average) on the step's stream, captured in the step's CUDA graph.
+
+   Buckets. rg_backward groups the gradients into buckets of about bucket_bytes in the
+   order they are complete (a parameter's gradient is complete once the rule of every
+   node that uses it has been recorded) and records one all-reduce node per bucket as
+   soon as it is full, the last partial bucket at the end; every parameter's gradient is
+   in exactly one bucket (also one this loss does not reach). On the CPU each bucket runs
+   when the queue reaches it; with NCCL a bucket's communication will overlap the rest
+   of the backward pass. Each rg_backward averages: accumulating two backward passes
+   before a step gives the average of their sums.
+
+   Failures are errors, never hangs: every wait for a peer (connecting, each collective)
+   is bounded by the timeout, and a peer that exits or fails (its connection closes) is
+   seen at once. The drain that runs the all-reduce then fails with RG_ERR_IO and a
+   message naming the rank and what to do; the optimizer step queued after it does not
+   run, so this rank's weights stay those of the last complete step. A value computed
+   before the all-reduce in that drain, the loss, still reads normally (as after any
+   failure later in a drain), so check rg_error after the step's rg_item. This rank then
+   closes all its connections, so its peers fail at once too, and every later
+   rg_backward fails at once with the same message; only rg_dist_close (then
+   rg_dist_init with a fresh rendezvous) or rg_close recovers. A rank that lags the
+   others by more than the timeout (rank 0 writing a large checkpoint, say) fails them:
+   raise the timeout then.
+
+   Every rank must record the same gradients in the same order: the same model, built
+   before rg_dist_init (a parameter made later is averaged but not copied from rank 0),
+   and the same calls to rg_backward. rg_dist_init checks the models agree (parameter
+   names, dtypes and shapes) and each all-reduce that every rank sends the same bucket
+   (RG_ERR_MISUSE on rank 0 naming the rank that differs). Dropout masks come from
+   (seed, step, call), so ranks with the same seed draw the same masks (on different
+   data). */
+
+/* Options for rg_dist_init; a zero-initialised struct (or NULL) takes everything from the
+   environment, which is what resgrad-run sets. */
+typedef struct rg_dist_options {
+  int world_size;         /* ranks in all, >= 1; 0: rank and world size from env RG_RANK
+                             and RG_WORLD_SIZE (both must be set, integers) */
+  int rank;               /* this process's rank in [0, world_size), when world_size > 0 */
+  const char *rendezvous; /* "tcp:HOST:PORT" where rank 0 listens (HOST a name or an
+                             address, [v6] in brackets); NULL: env RG_RENDEZVOUS. Not
+                             used with one rank. */
+  double timeout;         /* seconds any wait for a peer may last; 0: env RG_DIST_TIMEOUT,
+                             else 60 */
+  size_t bucket_bytes;    /* gradient bytes per all-reduce; 0: 25 MiB (as PyTorch DDP) */
+} rg_dist_options;
+
+/* Makes ctx one rank of a data-parallel run: reads the settings (opt, then the
+   environment), connects the ranks (rank 0 waits for all the others, each other rank
+   connects to rank 0), checks that every rank built the same model and copies rank 0's
+   parameters to every other rank. Call it after the model's parameters exist (MISUSE
+   otherwise) and before training; it is a barrier (it waits for every rank). A world of
+   one rank needs no rendezvous, connects nothing and changes no result. Errors:
+   RG_ERR_MISUSE for a missing or bad setting (naming the variable or field), a second
+   call without rg_dist_close, a model that differs between ranks; RG_ERR_UNSUPPORTED
+   for a CUDA context of more than one rank; RG_ERR_IO when rank 0 cannot listen on the
+   address, a rank does not arrive within the timeout, or a connection fails. On error
+   the context is left as it was (not distributed) with every connection closed.
+   Parameter bytes are counted as rg_read on rank 0 and rg_write on the others. */
+RG_API rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt);
+/* Barrier (so queued all-reduces run), then closes this rank's connections; ctx is a
+   context of its own again. Returns the drain's status. A context that is not
+   distributed, or NULL, is fine (RG_OK). rg_close does it too. */
+RG_API rg_status rg_dist_close(rg_ctx *ctx);
+/* This context's rank and the number of ranks: 0 and 1 when it is not distributed (or
+   NULL). Not barriers. */
+RG_API int rg_dist_rank(const rg_ctx *ctx);
+RG_API int rg_dist_world(const rg_ctx *ctx);
 
 /* ---- statistics ---------------------------------------------------------------------- */
 

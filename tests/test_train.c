@@ -10,7 +10,11 @@
  *    value or an unknown option, 1 for a missing file or a checkpoint of another model
  *    shape (rg_load's message) or of another head count (resgrad-train's own check);
  *  - --plot writes a complete SVG with both curves, axis titles and a legend;
- *  - --text trains, samples, saves, and a text checkpoint samples again without the file.
+ *  - --text trains, samples, saves, and a text checkpoint samples again without the file;
+ *  - --distributed under resgrad-run: one rank gives the plain run's losses bit for bit;
+ *    2 ranks of --batch 8 give the held-out loss of one rank of --batch 16 within a
+ *    relative 1e-3 after 30 steps (they see the same rows), one summary, rank 0's
+ *    checkpoint, which a plain run resumes; without resgrad-run's environment it says so.
  *
  * The program is found next to this test's executable (CMake puts both in the build
  * directory); the test is skipped (77) when it was not built (RG_BUILD_TOOLS=OFF).
@@ -18,6 +22,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 
 static int failures;
 static char prog[4096];
+static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs ranks */
 
 #define CHECK(cond, ...)                                              \
   do {                                                                \
@@ -61,7 +67,7 @@ static void run(result *r, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "'%s' %s >out.txt 2>err.txt", prog, args);
+  snprintf(cmd, sizeof cmd, "%s'%s' %s >out.txt 2>err.txt", launcher, prog, args);
   int st = system(cmd);
   r->code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   slurp("out.txt", r->out, sizeof r->out);
@@ -192,6 +198,46 @@ static void test_text(result *r) {
   expect_error(1, "short.txt", "--text short.txt");
 }
 
+static int count_of(const char *s, const char *needle) {
+  int n = 0;
+  for (; (s = strstr(s, needle)); s++) n++;
+  return n;
+}
+
+/* The rows of 2 ranks of --batch 8 are those of one rank of --batch 16 (make_batch). */
+static void test_distributed(result *r) {
+  char path[4100], one[128], got[128];
+  snprintf(path, sizeof path, "%.*s/resgrad-run", (int)(strrchr(prog, '/') - prog), prog);
+  if (access(path, X_OK)) {
+    printf("resgrad-run not built: --distributed not checked\n");
+    return;
+  }
+  expect_error(1, "RG_WORLD_SIZE is not set", "--distributed --device cpu " TINY);
+  run(r, "--device cpu " TINY " --steps 20");
+  line_after(r->out, "final loss ", one, sizeof one);
+  snprintf(launcher, sizeof launcher, "'%s' -n 1 -- ", path);
+  run(r, "--distributed --device cpu " TINY " --steps 20");
+  CHECK(r->code == 0 && !strcmp(line_after(r->out, "final loss ", got, sizeof got), one),
+        "one rank: exit %d, final loss '%s', the plain run's '%s': %s", r->code, got, one,
+        r->err);
+
+  launcher[0] = 0;
+  run(r, "--device cpu " TINY " --steps 30");
+  line_after(r->out, "held-out loss ", one, sizeof one);
+  snprintf(launcher, sizeof launcher, "'%s' -n 2 -- ", path);
+  run(r, "--distributed --device cpu " TINY " --steps 30 --batch 8 --save dist.st");
+  launcher[0] = 0;
+  line_after(r->out, "held-out loss ", got, sizeof got);
+  double a = atof(one), b = atof(got);
+  CHECK(r->code == 0 && a > 0 && fabs(a - b) <= 1e-3 * a, "2 ranks of batch 8: exit %d, "
+        "held-out loss '%s'; one rank of batch 16: '%s': %s", r->code, got, one, r->err);
+  CHECK(count_of(r->out, "final loss ") == 1 && strstr(r->out, "2 ranks of batch 8"),
+        "2 ranks: not one summary of rank 0:\n%s", r->out);
+  run(r, "--resume dist.st");
+  CHECK(r->code == 0 && strstr(r->out, "at step 30 of 30"), "a plain run resuming rank 0's "
+        "checkpoint exited %d: %s%s", r->code, r->out, r->err);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
@@ -209,6 +255,7 @@ int main(int argc, char **argv) {
   test_text(r);
   test_wrong_model();
   test_plot(r);
+  test_distributed(r);
   free(r);
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("test_train: all checks passed\n");

@@ -14,14 +14,20 @@
  *   --text FILE   a character-level (byte-level) language model; the last 10% of the file
  *                 is held out. --sample N prints N generated characters.
  *
+ * --distributed: one rank of a data-parallel run (resgrad-run -n N -- resgrad-train
+ * --distributed ...; rg_dist_init). Rank r trains on rows [r*B, (r+1)*B) of the step's
+ * batch of N*B rows, so N ranks of --batch B see the data of one rank of --batch N*B.
+ * Only rank 0 evaluates, prints, plots and saves, and only rank 0 stops on Ctrl-C (the
+ * others then fail at the next step, finding rank 0 gone).
+ *
  * It uses only resgrad.h and resgrad_nn.h. A training step is DESIGN.md's step: one
  * rg_step_begin, the batch uploaded, the loss recorded, rg_backward, a clipped AdamW
  * step and one rg_item, the step's only barrier.
  *
  * Invariants:
- *  - the batch of step s is a pure function of (seed, s) and the learning rate of step s
- *    a pure function of (s, --steps, --warmup, --lr); the optimizer state travels in the
- *    checkpoint. So N steps + --save + --resume for the rest gives the same losses, bit
+ *  - the batch of step s is a pure function of (seed, s, rank) and the learning rate of
+ *    step s a pure function of (s, --steps, --warmup, --lr); the optimizer state travels
+ *    in the checkpoint. So N steps + --save + --resume for the rest gives the same losses, bit
  *    for bit, as one uninterrupted run (tests/test_train.c checks it).
  *  - evaluation never changes what training computes (no dropout, no shared RNG), so
  *    --eval-every changes the plot but not the losses.
@@ -63,6 +69,8 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 static volatile sig_atomic_t g_interrupted;
 /* A progress line is on the terminal without its newline (errors end it first). */
 static int g_line_open;
+/* Who speaks in error lines: PROG, or "PROG (rank R of N)" in a distributed run. */
+static char g_who[64] = PROG;
 
 /* ---- messages ------------------------------------------------------------------------ */
 
@@ -71,7 +79,7 @@ static void errorf(const char *fmt, ...) {
   va_start(ap, fmt);
   if (g_line_open) fputc('\n', stderr);
   g_line_open = 0;
-  fputs(PROG ": ", stderr);
+  fprintf(stderr, "%s: ", g_who);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -100,7 +108,7 @@ typedef struct opts {
   int64_t steps, stop_at, batch, warmup, threads, eval, eval_every, log_every, sample;
   float lr, wd, clip, temperature;
   uint64_t seed;
-  int64_t help;
+  int64_t distributed, help;
 } opts;
 
 typedef struct opt_row {
@@ -151,6 +159,10 @@ static const opt_row OPTS[] = {
       "continue from a checkpoint; options not given are taken from it"),
   ROW("plot", "PATH", "", OPT_STR, plot, 0, 0,
       "write the training and held-out loss curves as SVG"),
+  ROW("distributed", "", "", OPT_FLAG, distributed, 0, 0,
+      "one rank of a data-parallel run started by resgrad-run (which sets RG_RANK, "
+      "RG_WORLD_SIZE, RG_RENDEZVOUS): each rank trains on its own --batch sequences of "
+      "each step; rank 0 alone prints, plots and saves (CPU only for now)"),
   ROW("help", "", "", OPT_FLAG, help, 0, 0, "print this help and exit"),
 };
 #undef ROW
@@ -245,6 +257,7 @@ static void print_help(FILE *f) {
              "  " PROG " --steps 3000 --stop-at 1500 --save a.st\n"
              "  " PROG " --resume a.st        finishes that run: steps 1500..3000\n"
              "  " PROG " --text book.txt --steps 2000 --sample 500 --plot loss.svg\n"
+             "  resgrad-run -n 2 -- " PROG " --distributed --device cpu --batch 16\n"
              "\nexit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted\n");
 }
 
@@ -406,18 +419,21 @@ static void add_draw(const task *t, uint64_t *s, int held_out, uint64_t *a, uint
   } while (add_held_out(*a, *b) != held_out);
 }
 
-/* The batch of a step: a pure function of (seed, step). */
-static void make_batch(const task *t, uint64_t seed, int64_t step, int64_t B, int32_t *idx,
-                       int32_t *tgt) {
+/* Rows [first, first + B) of the batch of a step, a pure function of (seed, step): the
+   rows before first (other ranks' share) are drawn, not kept. */
+static void make_batch(const task *t, uint64_t seed, int64_t step, int64_t first, int64_t B,
+                       int32_t *idx, int32_t *tgt) {
   uint64_t s = stream_seed(seed, STREAM_TRAIN, step);
-  for (int64_t i = 0; i < B; i++) {
-    int32_t *x = idx + i * t->T, *y = tgt + i * t->T;
+  for (int64_t i = 0; i < first + B; i++) {
+    int32_t *x = i < first ? NULL : idx + (i - first) * t->T;
+    int32_t *y = i < first ? NULL : tgt + (i - first) * t->T;
     if (t->kind == TASK_ADD) {
       uint64_t a, b;
       add_draw(t, &s, 0, &a, &b);
-      add_row(t, a, b, x, y);
+      if (x) add_row(t, a, b, x, y);
     } else {
       int64_t off = (int64_t)(rng_next(&s) % (uint64_t)(t->ntrain - t->T));
+      if (!x) continue;
       memcpy(x, t->data + off, sizeof *x * (size_t)t->T);
       memcpy(y, t->data + off + 1, sizeof *y * (size_t)t->T);
     }
@@ -796,6 +812,7 @@ typedef struct run {
   rg_xfer up, down;     /* host<->device traffic of the training steps */
   int64_t correct;      /* addition: exactly right held-out answers */
   int tty;
+  int rank, world;      /* this process's rank of world (0 of 1 unless --distributed) */
   double last_draw;
   char config[256], taskname[64];
 } run;
@@ -822,7 +839,7 @@ static rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int6
 static rg_status train_step(run *r, int64_t step, float *loss) {
   const opts *o = r->o;
   rg_ctx *ctx = r->ctx;
-  make_batch(&r->t, o->seed, step, o->batch, r->idx, r->tgt);
+  make_batch(&r->t, o->seed, step, r->rank * o->batch, o->batch, r->idx, r->tgt);
   rg_status st = rg_step_begin(ctx);
   rg_tensor l = RG_NONE;
   if (st == RG_OK) st = rg_optim_set_lr(r->opt, lr_at(o, step));
@@ -834,7 +851,7 @@ static rg_status train_step(run *r, int64_t step, float *loss) {
   if (st == RG_OK) st = rg_optim_step(r->opt);
   if (st == RG_OK) st = rg_zero_grad(ctx);
   if (st == RG_OK) st = rg_item(ctx, l, loss);
-  return st;
+  return st == RG_OK ? rg_error(ctx) : st; /* a failure after the loss: the all-reduce */
 }
 
 /* Loss on the held-out batch, in evaluation mode. */
@@ -895,8 +912,8 @@ static void progress(run *r, float loss, int64_t stop, double t_loop) {
   r->last_draw = now;
   int64_t done = r->step - r->step0;
   char rate[32], eta[32], ho[48] = "";
-  fmt_rate(r->t_train > 0 ? (double)(done * o->batch * r->t.T) / r->t_train : 0, rate,
-           sizeof rate);
+  fmt_rate(r->t_train > 0 ? (double)(done * o->batch * r->world * r->t.T) / r->t_train : 0,
+           rate, sizeof rate);
   fmt_duration(done ? (now - t_loop) / (double)done * (double)(stop - r->step) : 0, eta,
                sizeof eta);
   if (r->nho) snprintf(ho, sizeof ho, "  held-out %.4f", (double)r->ho_y[r->nho - 1]);
@@ -930,7 +947,8 @@ static int train(run *r) {
     errorf("to train the model of '%s' further, give its --text FILE", o->resume);
     return EXIT_USAGE;
   }
-  int rc = r->t.ho_n ? record_heldout(r) : 0;
+  int heldout = r->t.ho_n && !r->rank; /* rank 0 evaluates for all: same weights */
+  int rc = heldout ? record_heldout(r) : 0;
   double t_loop = now_s();
   while (!rc && r->step < stop && !g_interrupted) {
     rg_stats a, b;
@@ -951,8 +969,8 @@ static int train(run *r) {
     }
     count_xfer(r, &a, &b);
     r->loss[r->step++ - r->step0] = loss;
-    if (r->t.ho_n && (r->step % every == 0 || r->step == stop)) rc = record_heldout(r);
-    progress(r, loss, stop, t_loop);
+    if (heldout && (r->step % every == 0 || r->step == stop)) rc = record_heldout(r);
+    if (!r->rank) progress(r, loss, stop, t_loop);
   }
   progress_end();
   if (!rc && g_interrupted)
@@ -1309,13 +1327,16 @@ static void summary(run *r, int have_ho, float ho) {
   int64_t n = r->step - r->step0;
   rg_stats s;
   rg_stats_get(r->ctx, &s);
-  printf("%s: %s, GPT %s (%lld parameters) on %s\n", PROG, r->taskname, r->config,
-         (long long)rg_gpt_param_count(r->gpt), rg_device_name(r->ctx));
+  char ranks[64] = "";
+  if (r->world > 1)
+    snprintf(ranks, sizeof ranks, ", %d ranks of batch %lld", r->world, (long long)o->batch);
+  printf("%s: %s, GPT %s (%lld parameters) on %s%s\n", PROG, r->taskname, r->config,
+         (long long)rg_gpt_param_count(r->gpt), rg_device_name(r->ctx), ranks);
   if (n > 0) {
     printf("trained steps %lld..%lld of %lld in %.1f s (+%.1f s evaluating): %.2f steps/s, "
            "%.0f tokens/s\n", (long long)r->step0, (long long)r->step, (long long)o->steps,
            r->t_train, r->t_eval, (double)n / r->t_train,
-           (double)(n * o->batch * r->t.T) / r->t_train);
+           (double)(n * o->batch * r->world * r->t.T) / r->t_train);
     printf("final loss %.9g at step %lld\n", (double)r->loss[n - 1], (long long)r->step);
   } else {
     printf("no training steps ran (the model is at step %lld of %lld)\n", (long long)r->step,
@@ -1348,6 +1369,22 @@ static void on_sigint(int sig) {
   g_interrupted = 1;
 }
 
+/* --distributed: joins the other ranks (after the model exists: rank 0's weights are
+   copied to all). Only rank 0 stops on Ctrl-C, so that it finishes its step and saves;
+   the others then fail at their next step. */
+static int join_ranks(run *r) {
+  rg_status st = rg_dist_init(r->ctx, NULL);
+  r->rank = rg_dist_rank(r->ctx);
+  r->world = rg_dist_world(r->ctx);
+  if (r->world > 1)
+    snprintf(g_who, sizeof g_who, PROG " (rank %d of %d)", r->rank, r->world);
+  if (st != RG_OK)
+    return rg_fail(r->ctx, st, st == RG_ERR_UNSUPPORTED
+                                   ? "--distributed (add --device cpu)" : "--distributed");
+  if (r->rank) signal(SIGINT, SIG_IGN);
+  return 0;
+}
+
 static int open_model(run *r) {
   const opts *o = r->o;
   rg_options ro = {0};
@@ -1375,7 +1412,7 @@ static int open_model(run *r) {
   rg_adamw_options ao = {o->lr, 0.9f, 0.99f, 1e-8f, o->wd};
   r->opt = rg_optim_adamw(r->ctx, &ao);
   if (!r->opt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot make the optimizer");
-  return 0;
+  return o->distributed ? join_ranks(r) : 0;
 }
 
 static int alloc_buffers(run *r) {
@@ -1392,6 +1429,7 @@ static int alloc_buffers(run *r) {
 /* After training: held-out loss and accuracy, checkpoint, plot, summary, samples. */
 static int finish(run *r) {
   const opts *o = r->o;
+  if (r->rank) return 0; /* rank 0 reports (and saves) for every rank */
   int rc = o->save ? save_checkpoint(r) : 0;
   int have_ho = r->t.ho_n > 0;
   float ho = 0;
@@ -1411,6 +1449,7 @@ static int finish(run *r) {
 static int run_all(opts *o, const unsigned char *given) {
   run r = {0};
   r.o = o;
+  r.world = 1;
   r.t_start = now_s();
   r.tty = isatty(fileno(stderr));
   int rc = o->resume ? resume_options(o, given, &r.meta) : 0;

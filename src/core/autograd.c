@@ -6,7 +6,9 @@
  * Invariants: gradient nodes are recorded with ctx->no_grad set (no higher-order tape);
  * the gradient of a broadcast operand is summed back to its shape (SUM_TO); parameter
  * gradients accumulate in place into their persistent buffers (ACCUM), pass tensors keep
- * theirs in rg_tinfo.grad while the walk needs them.
+ * theirs in rg_tinfo.grad while the walk needs them. With more than one rank
+ * (rg_dist_init), the walk also records the averaging of the parameter gradients in
+ * buckets as they complete (dist.c: three calls, plan, reached and flush).
  *
  * Memory: a gradient is dead once the rule of the node that produced its tensor has run
  * (every consumer of a tensor was recorded after it, so the reverse walk has seen them
@@ -283,7 +285,11 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   uint32_t seed = ctx->err == RG_OK ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
   st = seed ? RG_OK : ctx->err;
   if (seed) rg__t(ctx, lref)->grad = seed, hold(ctx, seed);
+  /* Distributed: the gradients are averaged across the ranks in buckets (dist.c). */
+  bool dist = st == RG_OK && rg__dist_on(ctx);
+  if (dist) st = rg__dist_plan(ctx, rg__t(ctx, lref)->node);
   for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
+    if (dist && (st = rg__dist_reached(ctx, k)) != RG_OK) break;
     rg_node n = ctx->nodes[k]; /* a copy: recording may move the node array */
     if (!(n.flags & RG_N_GRAD)) continue;
     uint32_t gout[RG_MAX_OUT] = {0}, gin[RG_MAX_OUT + 1] = {0};
@@ -312,6 +318,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     for (uint32_t s = made; s < pass->n; s++)
       if (!pass->t[s].gref) rg__release(ctx, s + 1);
   }
+  if (dist && st == RG_OK) st = rg__dist_flush(ctx);
   rg_label_pop(ctx);
   ctx->no_grad--;
   if (st != RG_OK) {

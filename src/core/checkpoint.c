@@ -285,7 +285,7 @@ rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, "rg_save", "path is empty");
   rg_status st = optim_ok(ctx, opt, "rg_save");
   if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
-  if (st != RG_OK) return st;
+  if (st != RG_OK || rg_dist_rank(ctx) != 0) return st; /* rank 0 writes for every rank */
   int n = 0;
   entry *e = collect(ctx, opt, 0, &n, "rg_save");
   if (!e) return RG_ERR_OOM;

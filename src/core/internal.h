@@ -171,6 +171,7 @@ struct rg_ctx {
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
+  struct rg_dist *dist;    /* rg_dist_init's connections (dist.c); NULL = one process */
   uint64_t saves;          /* rg_save calls: part of each temporary file's name */
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */
   int nmeta, capmeta;      /* entries (pairs) */
@@ -235,6 +236,21 @@ extern const rg_opinfo rg_optab[RG_OP_COUNT];
 /* Records backward for node n given output gradients g[] (refs, 0 = none); writes input
    gradients to gin[] (refs, 0 = none). */
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
+
+/* --- distributed training (dist.c) --- */
+/* rg_backward's hooks, called only when there is more than one rank (rg__dist_on):
+   plan before the walk over nodes [0, end); reached at the top of the walk's step for
+   node k (every later node's rule is recorded, so the gradients they completed may be
+   bucketed); flush after the walk (the last bucket, and the parameters it never
+   reached). Each records ALLREDUCE nodes and returns a status (its error set). */
+bool rg__dist_on(const rg_ctx *ctx);
+rg_status rg__dist_plan(rg_ctx *ctx, size_t end);
+rg_status rg__dist_reached(rg_ctx *ctx, size_t k);
+rg_status rg__dist_flush(rg_ctx *ctx);
+/* The ALLREDUCE of a backend whose tensors are host memory (the CPU's): averages the
+   list's tensors over the ranks in place. On failure writes why to msg. */
+rg_status rg__dist_allreduce_host(rg_ctx *ctx, const rg_list *l, char *msg, size_t msgcap);
+void rg__dist_free(rg_ctx *ctx); /* closes the connections without a barrier (rg_close) */
 
 /* --- arenas --- */
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);

@@ -59,6 +59,10 @@
  *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
  *            0 and gradients scaled by min(1, max_norm/(norm+1e-6)).
  *  ADAMW     aux = rg_optim; in[0] = clip state or 0. SGD likewise.
+ *  ALLREDUCE aux = rg_list of parameter gradients (F32), replaced by their average over
+ *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
+ *            i[1] = its bytes. Recorded by rg_backward only when there is more than one
+ *            rank.
  */
 #ifndef RG_OPS_H
 #define RG_OPS_H
@@ -123,7 +127,8 @@
   X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
   X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \
   X(ADAMW, adamw, "rg_optim_step", 1, 0)                      \
-  X(SGD, sgd, "rg_optim_step", 1, 0)
+  X(SGD, sgd, "rg_optim_step", 1, 0)                          \
+  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0)
 
 typedef enum rg_op {
 #define RG_OP_ENUM(E, n, s, ni, no) RG_OP_##E,

@@ -261,3 +261,9 @@ rg_status rg_cpu_sgd(rg_kargs *k) {
   }
   return RG_OK;
 }
+
+/* ---- allreduce: the transport is the core's (dist.c); CPU tensors are host memory ---- */
+
+rg_status rg_cpu_allreduce(rg_kargs *k) {
+  return rg__dist_allreduce_host(k->ctx, k->node->aux, k->msg, k->msgcap);
+}
