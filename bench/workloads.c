@@ -169,7 +169,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
     rg_optim_step(opt);
     rg_zero_grad(ctx);
     double tr0 = now_s(); /* recording ends here: the rest is the drain and the read */
-    if (rg_item(ctx, loss, &l) != RG_OK) goto fail;
+    if (rg_item(ctx, loss, &l) != RG_OK || rg_error(ctx) != RG_OK) goto fail;
     if (i == 0) loss0 = l;
     if (i >= warm) ts[i - warm] = now_s() - t, tr[i - warm] = tr0 - t;
   }
