@@ -20,17 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      failures++;                                                         \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fputc('\n', stderr);                                                \
-    }                                                                     \
-  } while (0)
+#include "common.h"
 
 /* A status that must be RG_OK; on failure prints the context's message. */
 #define CHECK_OK(ctx, expr)                                                            \
@@ -55,7 +45,7 @@ static rg_ctx *open_cpu_threads(uint64_t seed, int threads) {
   return ctx;
 }
 
-static rg_ctx *open_cpu(uint64_t seed) { return open_cpu_threads(seed, 0); }
+static rg_ctx *open_seeded(uint64_t seed) { return open_cpu_threads(seed, 0); }
 
 static void close_ctx(rg_ctx *ctx) {
   rg_status st = rg_close(ctx);
@@ -98,7 +88,7 @@ static void write_random(rg_ctx *ctx, rg_tensor t, uint64_t *s, float scale) {
 
 static void test_linear(void) {
   printf("linear: output equals x w^T + b computed by hand; layernorm and embedding too\n");
-  rg_ctx *ctx = open_cpu(1);
+  rg_ctx *ctx = open_seeded(1);
   rg_nn_linear l, nb;
   CHECK_OK(ctx, rg_nn_linear_init(ctx, &l, "fc", 3, 2, 1, 0.02f));
   CHECK_OK(ctx, rg_nn_linear_init(ctx, &nb, "nobias", 3, 2, 0, -1));
@@ -176,7 +166,7 @@ static void test_attention(void) {
   enum { B = 2, T = 5, C = 8, H = 2, D = C / H };
   printf("attention: [B=%d,T=%d,C=%d,H=%d] equals a reference with GPT-2's fused-qkv head "
          "split and causal mask\n", B, T, C, H);
-  rg_ctx *ctx = open_cpu(2);
+  rg_ctx *ctx = open_seeded(2);
   rg_nn_attention a;
   CHECK_OK(ctx, rg_nn_attention_init(ctx, &a, "attn", C, H, 0.02f, 0.01f, 0));
   uint64_t s = 42;
@@ -256,7 +246,7 @@ static rg_tensor gc_loss(rg_ctx *ctx, void *user) {
 static void test_gradcheck(void) {
   printf("gradcheck: every parameter element of a GPT (V=7 T=6 L=2 C=8 H=2), weights "
          "perturbed by U(-0.3, 0.3), against central differences (eps 1e-2)\n");
-  rg_ctx *ctx = open_cpu(8);
+  rg_ctx *ctx = open_seeded(8);
   rg_gpt_config c = {.vocab = 7, .block = 6, .layers = 2, .width = 8, .heads = 2};
   gc_user u = {rg_gpt_new(ctx, &c, NULL)};
   CHECK(u.g != NULL, "rg_gpt_new: %s", rg_errmsg(ctx));
@@ -369,7 +359,7 @@ static void test_gpt_params(void) {
   printf("gpt params: names, shapes, order and count for V=%lld T=%lld L=%lld C=%lld, two "
          "models in one context; GPT-2 init\n", (long long)c.vocab, (long long)c.block,
          (long long)c.layers, (long long)c.width);
-  rg_ctx *ctx = open_cpu(3);
+  rg_ctx *ctx = open_seeded(3);
   rg_gpt *g = rg_gpt_new(ctx, &c, NULL);
   CHECK(g != NULL, "rg_gpt_new: %s", rg_errmsg(ctx));
   if (!g) {
@@ -451,7 +441,7 @@ static void test_checkpoint(void) {
   const char *path = "test_nn_gpt.safetensors";
   rg_gpt_config c = {.vocab = 10, .block = 6, .layers = 2, .width = 16, .heads = 2};
   float a[2 * 6 * 10], b[2 * 6 * 10], before[2 * 6 * 10];
-  rg_ctx *ctx = open_cpu(1);
+  rg_ctx *ctx = open_seeded(1);
   rg_gpt *g = rg_gpt_new(ctx, &c, "transformer.");
   CHECK(g != NULL, "rg_gpt_new: %s", rg_errmsg(ctx));
   if (g) forward_logits(ctx, g, a, sizeof a);
@@ -459,7 +449,7 @@ static void test_checkpoint(void) {
   rg_gpt_free(g);
   close_ctx(ctx);
 
-  ctx = open_cpu(2);
+  ctx = open_seeded(2);
   g = rg_gpt_new(ctx, &c, "transformer.");
   CHECK(g != NULL, "rg_gpt_new: %s", rg_errmsg(ctx));
   if (g) {
@@ -499,7 +489,7 @@ static void test_checkpoint(void) {
 
 static void test_init_loss(void) {
   printf("init loss: within 0.1 of ln V for V = 16, 48, 96 over 3 random batches each\n");
-  rg_ctx *ctx = open_cpu(4);
+  rg_ctx *ctx = open_seeded(4);
   const int64_t vs[3] = {16, 48, 96};
   uint64_t s = 7;
   for (int vi = 0; vi < 3; vi++) {
@@ -678,7 +668,7 @@ static void test_determinism(void) {
 static void test_errors(void) {
   printf("errors: misuse gives RG_NONE/NULL and RG_ERR_MISUSE with a message that says what "
          "to do; the context keeps working\n");
-  rg_ctx *ctx = open_cpu(6);
+  rg_ctx *ctx = open_seeded(6);
   rg_gpt_config c = {.vocab = 16, .block = 8, .layers = 1, .width = 16, .heads = 2};
 
   rg_gpt_config bad = c;
@@ -767,7 +757,7 @@ int main(void) {
   test_determinism();
   test_errors();
   test_learn_reverse();
-  printf("test_nn: %s (%d failure%s, %.1f s)\n", failures ? "FAILED" : "passed", failures,
-         failures == 1 ? "" : "s", now_s() - t0);
-  return failures ? 1 : 0;
+  printf("test_nn: %s (%d failure%s, %.1f s)\n", test_failures_ ? "FAILED" : "passed",
+         test_failures_, test_failures_ == 1 ? "" : "s", now_s() - t0);
+  return test_failures_ ? 1 : 0;
 }

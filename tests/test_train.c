@@ -30,19 +30,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
+#include "common.h"
+
 static char prog[4096];
 static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs ranks */
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
 
 /* A small, fast model: every run below trains this unless it says otherwise. */
 #define TINY "--layers 1 --width 32 --heads 2 --batch 16 --eval 64 --eval-every 10 --lr 0.01"
@@ -257,7 +248,7 @@ int main(int argc, char **argv) {
   test_plot(r);
   test_distributed(r);
   free(r);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  if (test_failures_) fprintf(stderr, "%d check(s) failed\n", test_failures_);
   else printf("test_train: all checks passed\n");
-  return failures ? 1 : 0;
+  return test_failures_ ? 1 : 0;
 }
