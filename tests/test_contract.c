@@ -1105,6 +1105,14 @@ static void test_linear3d_grad(void) {
   rg_tensor loss = rg_sum(ctx, rg_linear(ctx, h, W, RG_NONE), RG_ALL_AXES, 0);
   CHECK_ST(ctx, rg_retain_grad(ctx, h), RG_OK);
   CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  /* W's gradient is one GEMM adding into its buffer (MATMUL_ACC), not a GEMM and an ACCUM */
+  int folded = 0, accums = 0;
+  for (size_t i = ctx->q_head; i < ctx->n_nodes; i++) {
+    folded += ctx->nodes[i].op == RG_OP_MATMUL_ACC;
+    accums += ctx->nodes[i].op == RG_OP_ACCUM;
+  }
+  CHECK(folded == 1 && accums == 1, "W's gradient folded into its GEMM: %d MATMUL_ACC, %d "
+        "ACCUM (p's)", folded, accums);
   float gh[R0 * R1 * I], gw[O * I], gp[I];
   CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, h), gh, sizeof gh), RG_OK);
   CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), gw, sizeof gw), RG_OK);

@@ -228,11 +228,28 @@ static void drop(rg_ctx *ctx, uint32_t g, uint32_t first) {
   if (--rg__t(ctx, g)->gref == 0 && !(g >> 31) && g > first) rg__release(ctx, g);
 }
 
+/* If gi is the output of the last queued node, a 2-D MATMUL, that node becomes a
+   MATMUL_ACC adding its product to the parameter gradient pg: a weight gradient costs
+   one GEMM (beta = 1) instead of a GEMM, a temporary and an ACCUM. gi is then written by
+   nothing, and released with the rule's other temporaries. */
+static bool fold_into_matmul(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t first) {
+  if (ctx->n_nodes <= ctx->q_head || gi <= first || rg__t(ctx, gi)->gref) return false;
+  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
+  if (n->op != RG_OP_MATMUL || n->out[0] != gi || rg__t(ctx, gi)->ndim != 2 ||
+      rg__t(ctx, n->in[0])->ndim != 2 || rg__t(ctx, n->in[1])->ndim != 2)
+    return false;
+  n->op = RG_OP_MATMUL_ACC;
+  n->in[2] = n->in[1], n->in[1] = n->in[0], n->in[0] = pg;
+  n->nin = 3, n->nout = 0, n->out[0] = 0;
+  return true;
+}
+
 /* Adds gradient gi to tensor ref: in place into a parameter's buffer, by a recorded add
    otherwise. */
 static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi, uint32_t first) {
   rg_tinfo *t = rg__t(ctx, ref);
   if (t->flags & RG_T_PARAM) {
+    if (fold_into_matmul(ctx, t->grad, gi, first)) return RG_OK;
     uint32_t in[RG_MAX_IN] = {t->grad, gi, 0, 0};
     return rg__emit(ctx, RG_OP_ACCUM, in, NULL, NULL, NULL, NULL, NULL);
   }

@@ -270,6 +270,21 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   return st;
 }
 
+rg_status rg_cpu_matmul_acc(rg_kargs *k) {
+  const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
+  int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0;
+  int64_t M = d->dims[0], N = d->dims[1], K = ta ? a->dims[0] : a->dims[1];
+  const float *pa, *pb;
+  float *wa, *wb = NULL;
+  rg_status st = widen(k, a, &pa, &wa);
+  if (st == RG_OK) st = widen(k, b, &pb, &wb);
+  if (st == RG_OK)
+    rg_cpu_gemm(ta, tb, M, N, K, pa, ta ? M : K, pb, tb ? K : N, d->p, N, 1, nthreads(k));
+  rg__free(k->ctx, wa);
+  rg__free(k->ctx, wb);
+  return st;
+}
+
 /* ---- linear ---------------------------------------------------------------------------- */
 
 rg_status rg_cpu_linear(rg_kargs *k) {

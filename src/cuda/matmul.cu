@@ -8,6 +8,10 @@
  * CUBLAS_COMPUTE_32F); C, D and the bias are F32 either way. A batch whose operands are
  * each either full or a single matrix is one strided-batched call (stride 0 broadcasts);
  * any other broadcast loops per batch, at addresses cuBLASLt is told the alignment of.
+ * matmul_acc adds its product to a gradient in place (beta = 1) with alpha and beta read
+ * from device memory: alpha is 0 when a kernel earlier in the drain raised a fault, so
+ * a failed step leaves the gradient exactly as it was (every faulting kernel writes
+ * zeros, never garbage, so 0 * product stays 0).
  */
 #include "cuda.h"
 
@@ -22,6 +26,7 @@ typedef struct gemm_args {
   int64_t batch, sa, sb, sc;   /* batch count and element strides (0 = broadcast) */
   const float *bias;           /* [N] added to every row of C, or NULL */
   int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
+  const float *ab;             /* NULL: C = AB; else device {alpha, beta}: C = alpha AB + beta C */
 } gemm_args;
 
 /* The largest power of two, at most 256, dividing an operand's address and (in a strided
@@ -76,6 +81,11 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (g->ab) {
+    int32_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
+                                          sizeof mode));
+  }
   if (g->bias) { /* F32 like D (the default), said outright since A and B may be BF16 */
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias));
@@ -109,8 +119,9 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
     st = RG_ERR_UNSUPPORTED;
     goto done;
   }
-  LT_TRY(cublasLtMatmul((cublasLtHandle_t)L->lt, op, &one, g->B, la, g->A, lb, &zero, g->C, lc,
-                        g->C, lc, &heur.algo, L->lt_ws, L->lt_ws_bytes, L->stream));
+  LT_TRY(cublasLtMatmul((cublasLtHandle_t)L->lt, op, g->ab ? g->ab : &one, g->B, la, g->A, lb,
+                        g->ab ? g->ab + 1 : &zero, g->C, lc, g->C, lc, &heur.algo, L->lt_ws,
+                        L->lt_ws_bytes, L->stream));
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (lc) cublasLtMatrixLayoutDestroy(lc);
@@ -147,7 +158,7 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[o->ndim - 2],
                  o->dims[o->ndim - 1], 0, a->p, b->p, (float *)o->p, 1, 0, 0, 0, NULL,
-                 a->dtype};
+                 a->dtype, NULL};
   g.K = g.ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
   if (o->n == 0) return RG_OK;
   if (g.K == 0) {
@@ -179,12 +190,32 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
   return RG_OK;
 }
 
+/* {alpha, beta} for matmul_acc: alpha 0 after a fault earlier in the drain, else 1. */
+__global__ void acc_scalars_k(const rg_cuda_err *err, float *ab) {
+  ab[0] = *(const volatile int *)&err->code ? 0.f : 1.f;
+  ab[1] = 1.f;
+}
+
+rg_status rg_cuda_matmul_acc(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
+  gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], d->dims[0], d->dims[1], 0, a->p, b->p,
+                 (float *)d->p, 1, 0, 0, 0, NULL, a->dtype, (const float *)L->scratch};
+  g.K = g.ta ? a->dims[0] : a->dims[1];
+  if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
+  if (L->scratch_bytes < 2 * sizeof(float))
+    return rg_cuda_unsupported(k, "matmul_acc without scratch for its scalars");
+  acc_scalars_k<<<1, 1, 0, L->stream>>>(L->err, (float *)L->scratch);
+  rg_status st = rg_cuda_check_launch(k, "matmul_acc's scalars");
+  return st == RG_OK ? gemm(k, &g) : st;
+}
+
 rg_status rg_cuda_linear(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *o = &k->out[0];
   int64_t in = w->dims[1], out = w->dims[0], rows = in ? x->n / in : 0;
   if (in == 0) rows = out ? o->n / out : 0;
   gemm_args g = {0, 1, rows, out, in, x->p, w->p, (float *)o->p, 1, 0, 0, 0,
-                 (const float *)bias->p, x->dtype};
+                 (const float *)bias->p, x->dtype, NULL};
   if (o->n == 0) return RG_OK;
   if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
   return gemm(k, &g);

@@ -581,7 +581,8 @@ __global__ void ce_count_k(ce_args a, check_hdr *h) {
   if ((threadIdx.x & 31) == 0 && mine) atomicAdd(&h->count, mine);
 }
 
-/* dlogits = (softmax(x) - onehot(t)) * g / count; ignored rows are zero. */
+/* dlogits = (softmax(x) - onehot(t)) * g / count; ignored rows (and rows with a bad
+   target, which fail the drain) are zero. */
 template <bool WARP>
 __global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl, const check_hdr *h,
                          float *__restrict__ dx, rg_cuda_err *err, int node) {
@@ -593,11 +594,12 @@ __global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl, const check_hd
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
     float *d = dx + r * a.C;
-    if (ce_ignored(a, tv)) {
+    /* A bad target is reported; its row is zero, so what follows in the failing drain
+       reads finite values. */
+    if (ce_ignored(a, tv) || tv < 0 || tv >= a.C) {
       for (int64_t c = t; c < a.C; c += G) d[c] = 0.f;
       continue;
     }
-    if (tv < 0 || tv >= a.C) continue; /* reported; nothing written */
     const float *xr = a.x + r * a.C;
     float m = -INFINITY;
     for (int64_t c = t; c < a.C; c += G) m = fmaxf(m, xr[c]);
