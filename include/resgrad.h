@@ -303,8 +303,10 @@ RG_API rg_tensor rg_cross_entropy_ignore(rg_ctx *ctx, rg_tensor logits, rg_tenso
 /* Mean squared error, a scalar; shapes must be equal. d: both operands. */
 RG_API rg_tensor rg_mse(rg_ctx *ctx, rg_tensor pred, rg_tensor target);
 
-/* Shape ops copy (a result never aliases its input, so in-place updates of the input
-   cannot change it). reshape: same element count; one dim may be -1 (inferred). */
+/* Shape ops copy, so in-place updates of the input (an optimizer step, rg_write) cannot
+   change the result - except rg_reshape of a pass tensor, which is a view: it shares the
+   input's bytes (no copy, no memory), and an rg_write to either shows in both. rg_reshape
+   of a persistent tensor copies. reshape: same element count; one dim may be -1. */
 RG_API rg_tensor rg_reshape(rg_ctx *ctx, rg_tensor x, int ndim, const int64_t *dims);
 RG_API rg_tensor rg_transpose(rg_ctx *ctx, rg_tensor x, int axis0, int axis1);
 /* perm has rg_ndim(x) entries, a permutation: result axis i is input axis perm[i]. */

@@ -1067,6 +1067,35 @@ static void test_constant(void) {
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
 }
 
+/* rg_reshape of a pass tensor is a view (same bytes, no node that copies); of a
+   parameter, a copy that an optimizer step does not change. */
+static void test_reshape_view(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  float v[6] = {1, 2, 3, 4, 5, 6}, out[6];
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 2, (int64_t[]){2, 3}, (rg_init){RG_INIT_ONES, 0, 0});
+  rg_tensor x = rg_mul(ctx, rg_input(ctx, RG_F32, 2, (int64_t[]){2, 3}, v), w);
+  rg_tensor r = rg_reshape(ctx, x, 1, (int64_t[]){6}), wr = rg_reshape(ctx, w, 1, (int64_t[]){6});
+  uint32_t rx = (uint32_t)(x.id & 0xffffffffu), rr = (uint32_t)(r.id & 0xffffffffu);
+  uint32_t rw = (uint32_t)(wr.id & 0xffffffffu);
+  CHECK(rg__t(ctx, rr)->data == rg__t(ctx, rx)->data && rg__t(ctx, rr)->alias == rx,
+        "a pass tensor's reshape shares its bytes");
+  CHECK(rg__t(ctx, rw)->data != rg__t(ctx, (uint32_t)1u << 31 | 1u)->data &&
+        !rg__t(ctx, rw)->alias, "a parameter's reshape is a copy");
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, r, r), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.1f});
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, r, out, sizeof out), RG_OK);
+  CHECK(out[0] == 1 && out[5] == 6, "the view reads x: %g %g", out[0], out[5]);
+  CHECK_ST(ctx, rg_read(ctx, wr, out, sizeof out), RG_OK);
+  CHECK(out[0] == 1 && out[5] == 1, "the copy of w is from before the step: %g", out[0]);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), out, sizeof out), RG_OK);
+  CHECK(out[0] == 2 && out[5] == 72, "d/dw of sum((v w)^2) = 2 v^2 w: %g %g", out[0], out[5]);
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 /* A call whose own internal step fails returns that failure's status, not an earlier
    call's sticky error (which stays the one reported). */
 static void test_own_status(void) {
@@ -1316,6 +1345,7 @@ int main(void) {
   test_linear3d_grad();
   test_constant();
   test_own_status();
+  test_reshape_view();
   test_alloc_failures();
   return finish();
 }

@@ -63,10 +63,10 @@ static uint32_t expand(rg_ctx *ctx, uint32_t g, rg_shape s) {
 static uint32_t reshape(rg_ctx *ctx, uint32_t g, rg_shape s) {
   if (!g || same_shape(rg__shape(ctx, g), s)) return g;
   s.dtype = rg__shape(ctx, g).dtype;
-  return op1(ctx, RG_OP_COPY, g, 0, 0, s, NULL, NULL);
+  return rg__reshape(ctx, g, s);
 }
 
-/* [..., K] viewed as [rows, K] (a copy when there are more than 2 axes). */
+/* [..., K] viewed as [rows, K]. */
 static uint32_t rows2(rg_ctx *ctx, uint32_t x) {
   rg_shape s = rg__shape(ctx, x), o = {s.dtype, 2, {1, s.dims[s.ndim - 1]}};
   for (int i = 0; i < s.ndim - 1; i++) o.dims[0] *= s.dims[i];

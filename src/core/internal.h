@@ -24,7 +24,7 @@
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
    given back to the pass pool by rg_backward (an internal gradient temporary). */
-enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8 };
+enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16 };
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {
@@ -36,6 +36,8 @@ typedef struct rg_tinfo {
   void *data;     /* backend address */
   uint32_t grad;  /* ref of the gradient: persistent for params, pass otherwise */
   uint32_t gref;  /* rg_backward: how many tensors hold this one as their gradient */
+  uint32_t alias; /* a view (rg_reshape of a pass tensor): the tensor whose bytes it uses */
+  uint32_t pins;  /* views of this tensor: its bytes are released only when they are, too */
   uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
   uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
   int32_t param;  /* index into ctx->params, or -1 */
@@ -259,6 +261,13 @@ void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
    no handle outside the core can reach and whose readers were all recorded already
    (execution follows recording order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
+/* A pass tensor of shape s (same element count and dtype) on the bytes of pass tensor
+   base: no allocation. The caller records the node that "makes" it. 0 on failure. */
+uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call);
+/* x with shape s (same element count): a view recorded as a COPY node whose output
+   shares x's bytes (the kernels skip a copy onto itself) for a pass tensor, a real copy
+   for a persistent one. 0 on failure (the error is set). */
+uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
 void rg_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);

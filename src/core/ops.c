@@ -428,7 +428,25 @@ rg_tensor rg_reshape(rg_ctx *ctx, rg_tensor x, int ndim, const int64_t *dims) {
   if (infer >= 0 && known > 0 && n % known == 0) o.dims[infer] = n / known;
   if (numel_of(&o) != n || (infer >= 0 && known == 0))
     return shape_error(ctx, call, "hold different numbers of elements", &s, &o), RG_NONE;
-  return emit1(ctx, RG_OP_COPY, in, o, NULL, NULL);
+  uint32_t r = rg__reshape(ctx, in[0], o);
+  return r ? rg__handle(ctx, r) : RG_NONE;
+}
+
+uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s) {
+  if (x >> 31) { /* persistent: a copy, so later in-place updates do not show through */
+    uint32_t in[RG_MAX_IN] = {x, 0, 0, 0}, out[RG_MAX_OUT] = {0};
+    return rg__emit(ctx, RG_OP_COPY, in, &s, NULL, NULL, NULL, out) == RG_OK ? out[0] : 0;
+  }
+  if (!rg__record(ctx, RG_OP_COPY)) return 0;
+  uint32_t v = rg__view(ctx, x, s, "rg_reshape");
+  if (!v) {
+    ctx->n_nodes--;
+    return 0;
+  }
+  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
+  n->in[0] = x;
+  n->out[0] = v;
+  return rg__commit(ctx, n) == RG_OK ? v : 0;
 }
 
 rg_tensor rg_permute(rg_ctx *ctx, rg_tensor x, const int *perm) {

@@ -105,6 +105,16 @@ static void *arena_reuse(rg_arena *a, size_t need, size_t *off) {
 void rg__release(rg_ctx *ctx, uint32_t ref) {
   rg_tinfo *t = rg__t(ctx, ref);
   if (ref >> 31 || (t->flags & RG_T_FREED)) return;
+  if (t->alias) { /* a view owns no bytes: it unpins its base, which may be dead already */
+    t->flags |= RG_T_FREED;
+    rg_tinfo *b = rg__t(ctx, t->alias);
+    if (--b->pins == 0 && (b->flags & RG_T_DEAD)) rg__release(ctx, t->alias);
+    return;
+  }
+  if (t->pins) { /* views still read these bytes: released with the last of them */
+    t->flags |= RG_T_DEAD;
+    return;
+  }
   rg_pool_s *pool = &ctx->pool[RG_POOL_PASS];
   rg_arena *a = &pool->arena;
   size_t size = align_up(t->nbytes ? t->nbytes : 1), base = 0;
@@ -137,6 +147,30 @@ void rg__release(rg_ctx *ctx, uint32_t ref) {
 }
 
 /* ---- tensors --------------------------------------------------------------------------- */
+
+uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call) {
+  rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
+  size_t cap = p->cap;
+  if (!rg__grow(ctx, (void **)&p->t, sizeof *p->t, (size_t)p->n + 1, &cap)) {
+    rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the tensor table");
+    return 0;
+  }
+  p->cap = (uint32_t)cap;
+  uint32_t root = rg__t(ctx, base)->alias ? rg__t(ctx, base)->alias : base;
+  rg_tinfo *r = rg__t(ctx, root), *t = &p->t[p->n++];
+  memset(t, 0, sizeof *t);
+  t->dtype = (uint8_t)s.dtype;
+  t->ndim = (uint8_t)s.ndim;
+  for (int i = 0; i < s.ndim; i++) t->dims[i] = s.dims[i];
+  t->numel = r->numel;
+  t->nbytes = r->nbytes;
+  t->off = r->off;
+  t->data = r->data;
+  t->param = -1;
+  t->alias = root;
+  r->pins++;
+  return p->n; /* pool 0: (0 << 31) | slot + 1 */
+}
 
 rg_tensor rg__handle(rg_ctx *ctx, uint32_t ref) {
   if (!ref) return RG_NONE;

@@ -222,7 +222,7 @@ __global__ void cast_k(const void *__restrict__ x, int xdt, void *__restrict__ o
 rg_status rg_cuda_copy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   size_t bytes = (size_t)k->out[0].n * rg__dtype_size(k->out[0].dtype);
-  if (bytes == 0) return RG_OK;
+  if (bytes == 0 || k->out[0].p == k->in[0].p) return RG_OK; /* empty, or a view */
   /* A stream-ordered device-to-device copy: no synchronisation, capturable in a graph.
      Its status is also recorded as the runtime's last error, which check_launch reads. */
   cudaMemcpyAsync(k->out[0].p, k->in[0].p, bytes, cudaMemcpyDeviceToDevice, L->stream);
