@@ -117,10 +117,8 @@ static rg_tensor loss_of(rg_ctx *ctx, model *m) {
     return rg_gpt_loss(m->gpt, x, y);
   }
   rg_tensor h = upload ? rg_input(ctx, RG_F32, 2, (int64_t[]){w->B, w->dims[0]}, m->x) : m->bx;
-  for (int i = 0; i + 1 < w->ndims; i++) {
-    h = rg_linear(ctx, h, m->wt[i], m->bs[i]);
-    if (i + 2 < w->ndims) h = rg_relu(ctx, h);
-  }
+  for (int i = 0; i + 1 < w->ndims; i++) /* ReLU after every layer but the last */
+    h = rg_linear_act(ctx, h, m->wt[i], m->bs[i], i + 2 < w->ndims ? RG_ACT_RELU : RG_ACT_NONE);
   return rg_cross_entropy(ctx, h, upload ? rg_input(ctx, RG_I32, 1, &w->B, m->y) : m->by);
 }
 

@@ -280,6 +280,13 @@ RG_API rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b);
 /* x[..., in] * w[out, in]^T + b[out] (PyTorch layout); b may be RG_NONE. x and w as
    rg_matmul's operands (both F32 or both BF16); b is F32. */
 RG_API rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b);
+/* act(rg_linear(x, w, b)) as one op: on CUDA one cuBLASLt call with the bias and the
+   activation in its epilogue (no separate activation kernel, no pass over the product in
+   memory). RG_ACT_GELU is rg_gelu's tanh approximation; RG_ACT_NONE is rg_linear. The
+   result and gradients equal the two-op form's up to float rounding. */
+typedef enum rg_act { RG_ACT_NONE = 0, RG_ACT_RELU = 1, RG_ACT_GELU = 2 } rg_act;
+RG_API rg_tensor rg_linear_act(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b,
+                               rg_act act);
 /* Normalise over the last axis: (x-mean)/sqrt(var+eps)*gamma+beta, var biased.
    gamma, beta: [C] or RG_NONE. rmsnorm: x/sqrt(mean(x^2)+eps)*gamma. */
 RG_API rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta,

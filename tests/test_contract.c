@@ -1164,6 +1164,55 @@ static void test_linear3d_grad(void) {
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
 }
 
+/* rg_linear_act records one node, its backward computes no gradient for an input that
+   needs none (x here: no dx GEMM), and on the CPU it equals the two-op form bit for bit. */
+static void test_linear_act(void) {
+  enum { R = 6, I = 5, O = 8 };
+  float x[R * I], y[2][R * O], gw[2][O * I], gb[2][O];
+  for (int i = 0; i < R * I; i++) x[i] = (float)((i * 7) % 11) / 4.0f - 1.2f;
+  for (int act = RG_ACT_RELU; act <= RG_ACT_GELU; act++) {
+    rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 5});
+    if (!ctx) return;
+    rg_init init = {RG_INIT_NORMAL, 1, 0};
+    rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){O, I}, init);
+    rg_tensor b = rg_param(ctx, "b", RG_F32, 1, (int64_t[]){O}, init);
+    for (int fused = 0; fused < 2; fused++) {
+      CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+      CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+      rg_tensor xin = rg_input(ctx, RG_F32, 2, (int64_t[]){R, I}, x), h;
+      size_t n0 = ctx->n_nodes;
+      if (fused) {
+        h = rg_linear_act(ctx, xin, W, b, (rg_act)act);
+        CHECK(ctx->n_nodes == n0 + 1 && ctx->nodes[n0].op == RG_OP_LINEAR_ACT,
+              "act %d: one LINEAR_ACT node, not %zu nodes", act, ctx->n_nodes - n0);
+      } else {
+        h = rg_linear(ctx, xin, W, b);
+        h = act == RG_ACT_RELU ? rg_relu(ctx, h) : rg_gelu(ctx, h);
+      }
+      rg_tensor loss = rg_sum(ctx, rg_mul(ctx, h, h), RG_ALL_AXES, 0);
+      size_t n1 = ctx->n_nodes;
+      CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+      int matmuls = 0, accs = 0;
+      for (size_t i = n1; i < ctx->n_nodes; i++) {
+        matmuls += ctx->nodes[i].op == RG_OP_MATMUL;
+        accs += ctx->nodes[i].op == RG_OP_MATMUL_ACC;
+      }
+      CHECK(matmuls == 0 && accs == 1, "act %d fused %d: %d MATMUL (no dx wanted), %d "
+            "MATMUL_ACC (dW)", act, fused, matmuls, accs);
+      CHECK_ST(ctx, rg_read(ctx, h, y[fused], sizeof y[0]), RG_OK);
+      CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), gw[fused], sizeof gw[0]), RG_OK);
+      CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, b), gb[fused], sizeof gb[0]), RG_OK);
+    }
+    CHECK(!memcmp(y[0], y[1], sizeof y[0]) && !memcmp(gw[0], gw[1], sizeof gw[0]) &&
+          !memcmp(gb[0], gb[1], sizeof gb[0]), "act %d: rg_linear_act equals the two ops", act);
+    CHECK(rg_linear_act(ctx, W, W, RG_NONE, (rg_act)7).id == 0 &&
+          rg_error(ctx) == RG_ERR_MISUSE && strstr(rg_errmsg(ctx), "not an rg_act"),
+          "a bad act is MISUSE: %s", rg_errmsg(ctx));
+    rg_clear_error(ctx);
+    CHECK_ST(ctx, rg_close(ctx), RG_OK);
+  }
+}
+
 /* ---- NULL contexts ------------------------------------------------------------------------ */
 
 static rg_tensor null_loss(rg_ctx *ctx, void *user) {
@@ -1343,6 +1392,7 @@ int main(void) {
   test_guard();
   test_autograd();
   test_linear3d_grad();
+  test_linear_act();
   test_constant();
   test_own_status();
   test_reshape_view();

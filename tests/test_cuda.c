@@ -79,6 +79,18 @@ static out c_linear(rg_ctx *c) {
   rg_tensor w2 = P(c, "w2", D2(7, 40));
   return weigh(c, rg_linear(c, rg_relu(c, rg_linear(c, x, w, b)), w2, RG_NONE));
 }
+/* Activations in cuBLASLt's epilogue: GELU (keeping its input) with a bias, ReLU with a
+   bias, and GELU at 7 outputs, where the aux matrix cannot be 7 wide (two kernels). */
+static out c_linear_act(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(2, 5, 24)), w = P(c, "w", D2(40, 24)), b = P(c, "b", 1, (int64_t[]){40});
+  rg_tensor w2 = P(c, "w2", D2(16, 40)), b2 = P(c, "b2", 1, (int64_t[]){16});
+  rg_tensor w3 = P(c, "w3", D2(7, 16)), w4 = P(c, "w4", D2(24, 7));
+  rg_tensor h = rg_linear_act(c, x, w, b, RG_ACT_GELU);
+  h = rg_linear_act(c, h, w2, b2, RG_ACT_RELU);
+  h = rg_linear_act(c, h, w3, RG_NONE, RG_ACT_GELU);
+  h = rg_linear_act(c, rg_cast(c, h, RG_BF16), rg_cast(c, w4, RG_BF16), RG_NONE, RG_ACT_GELU);
+  return weigh(c, h);
+}
 static out c_norms(rg_ctx *c) {
   rg_tensor x = rg_add(c, P(c, "x", D3(3, 4, 96)), P(c, "off", D3(3, 4, 1)));
   rg_tensor g = P(c, "g", 1, (int64_t[]){96}), b = P(c, "b", 1, (int64_t[]){96});
@@ -478,6 +490,7 @@ int main(void) {
       {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
+      {"linear-act", c_linear_act, 1e-5},
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},

@@ -195,7 +195,8 @@ static void check_exact(const char *what, const float *got, const float *want, i
 enum {
   O_ADD, O_SUB, O_MUL, O_DIV, O_SCALE, O_POW, O_NEG, O_EXP, O_LOG, O_SQRT, O_RELU, O_GELU,
   O_SILU, O_SIGMOID, O_TANH, O_CLAMP, O_SUM, O_MEAN, O_MAX, O_SOFTMAX, O_LOG_SOFTMAX,
-  O_MATMUL, O_LINEAR, O_LAYERNORM, O_RMSNORM, O_EMBEDDING, O_ATTENTION, O_CE, O_CE_IGNORE,
+  O_MATMUL, O_LINEAR, O_LINEAR_ACT, O_LAYERNORM, O_RMSNORM, O_EMBEDDING, O_ATTENTION, O_CE,
+  O_CE_IGNORE,
   O_MSE, O_RESHAPE, O_TRANSPOSE, O_PERMUTE, O_SLICE, O_CONCAT, O_DROPOUT
 };
 
@@ -240,6 +241,7 @@ static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
   case O_LOG_SOFTMAX: return rg_log_softmax(ctx, a);
   case O_MATMUL: return rg_matmul(ctx, a, b);
   case O_LINEAR: return rg_linear(ctx, a, b, d);
+  case O_LINEAR_ACT: return rg_linear_act(ctx, a, b, d, (rg_act)c->i[0]);
   case O_LAYERNORM: return rg_layernorm(ctx, a, b, d, c->f[0]);
   case O_RMSNORM: return rg_rmsnorm(ctx, a, b, c->f[0]);
   case O_EMBEDDING: return rg_embedding(ctx, a, ix);
@@ -1028,12 +1030,14 @@ static void t_matmul(void) {
   close_ctx(ctx);
 }
 
+/* rg_linear, or rg_linear_act with act != RG_ACT_NONE (GELU as rg_gelu's tanh form). */
 static void linear_case(int xnd, const int64_t *xd, int64_t O, int bias, int grad,
-                        double ftol) {
+                        double ftol, int act) {
   char what[160], s1[64];
   int64_t I = xd[xnd - 1], R = prod(xnd - 1, xd);
-  snprintf(what, sizeof what, "rg_linear x %s w [%lld,%lld] %s", shp(s1, xnd, xd), (long long)O,
-           (long long)I, bias ? "with bias" : "without bias");
+  snprintf(what, sizeof what, "rg_linear%s x %s w [%lld,%lld] %s",
+           act == RG_ACT_RELU ? "_act relu" : act == RG_ACT_GELU ? "_act gelu" : "",
+           shp(s1, xnd, xd), (long long)O, (long long)I, bias ? "with bias" : "without bias");
   float *x = malloc(sizeof(float) * (size_t)(R * I + 1)),
         *w = malloc(sizeof(float) * (size_t)(O * I + 1));
   float bb[16];
@@ -1045,6 +1049,9 @@ static void linear_case(int xnd, const int64_t *xd, int64_t O, int bias, int gra
     for (int64_t o = 0; o < O; o++) {
       double s = bias ? bb[o] : 0;
       for (int64_t i = 0; i < I; i++) s += (double)x[r * I + i] * w[o * I + i];
+      if (act == RG_ACT_RELU) s = s < 0 ? 0 : s;
+      if (act == RG_ACT_GELU)
+        s = 0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
       want[r * O + o] = s;
     }
   int64_t od[RG_MAX_DIMS];
@@ -1052,7 +1059,7 @@ static void linear_case(int xnd, const int64_t *xd, int64_t O, int bias, int gra
   od[xnd - 1] = O;
   rg_ctx *ctx = open_ctx();
   if (ctx) {
-    opcall c = {.op = O_LINEAR};
+    opcall c = {.op = act ? O_LINEAR_ACT : O_LINEAR, .i = {act}};
     c.p[0] = param(ctx, xnd, xd, x);
     c.p[1] = param(ctx, 2, (int64_t[]){O, I}, w);
     c.p[2] = bias ? param(ctx, 1, (int64_t[]){O}, bb) : RG_NONE;
@@ -1065,20 +1072,33 @@ static void linear_case(int xnd, const int64_t *xd, int64_t O, int bias, int gra
   free(want);
 }
 
+/* ReLU's kink defeats the numeric gradient, so only GELU is gradient-checked here; both
+   equal the two-op form bit for bit (test_contract). */
+static void t_linear_act(void) {
+  for (int bias = 0; bias <= 1; bias++)
+    for (int act = RG_ACT_RELU; act <= RG_ACT_GELU; act++) {
+      linear_case(2, (int64_t[]){3, 4}, 5, bias, act == RG_ACT_GELU, 1e-6, act);
+      linear_case(3, (int64_t[]){2, 3, 4}, 8, bias, act == RG_ACT_GELU, 1e-6, act);
+      linear_case(2, (int64_t[]){3, 0}, 2, bias, act == RG_ACT_GELU, 1e-6, act);
+      linear_case(2, (int64_t[]){37, 70}, 13, bias, 0, 3e-5, act);
+    }
+}
+
 static void t_linear(void) {
+  const int no = RG_ACT_NONE;
   for (int bias = 0; bias <= 1; bias++) {
     /* in <= 4: a float sum of <= 5 O(1) terms is within a few ulps: 1e-6 */
-    linear_case(2, (int64_t[]){3, 4}, 5, bias, 1, 1e-6);
-    linear_case(3, (int64_t[]){2, 3, 4}, 5, bias, 1, 1e-6);
-    linear_case(1, (int64_t[]){4}, 3, bias, 1, 1e-6);          /* a single vector */
-    linear_case(2, (int64_t[]){1, 1}, 1, bias, 1, 1e-6);       /* all size 1 */
-    linear_case(4, (int64_t[]){2, 1, 2, 3}, 2, bias, 1, 1e-6); /* 4-D input */
-    linear_case(2, (int64_t[]){0, 4}, 3, bias, 1, 1e-6);       /* no rows */
-    linear_case(2, (int64_t[]){3, 0}, 2, bias, 1, 1e-6);       /* in = 0: y = b (or 0) */
-    linear_case(2, (int64_t[]){3, 4}, 0, bias, 1, 1e-6);       /* out = 0 */
+    linear_case(2, (int64_t[]){3, 4}, 5, bias, 1, 1e-6, no);
+    linear_case(3, (int64_t[]){2, 3, 4}, 5, bias, 1, 1e-6, no);
+    linear_case(1, (int64_t[]){4}, 3, bias, 1, 1e-6, no);          /* a single vector */
+    linear_case(2, (int64_t[]){1, 1}, 1, bias, 1, 1e-6, no);       /* all size 1 */
+    linear_case(4, (int64_t[]){2, 1, 2, 3}, 2, bias, 1, 1e-6, no); /* 4-D input */
+    linear_case(2, (int64_t[]){0, 4}, 3, bias, 1, 1e-6, no);       /* no rows */
+    linear_case(2, (int64_t[]){3, 0}, 2, bias, 1, 1e-6, no);       /* in = 0: y = b (or 0) */
+    linear_case(2, (int64_t[]){3, 4}, 0, bias, 1, 1e-6, no);       /* out = 0 */
     /* blocked GEMM path, in = 70: the float sum's error bound is 70 * 6e-8 * sum|x w|
        (~20) = 8e-5; typical errors are ~1e-6, so 3e-5 */
-    linear_case(2, (int64_t[]){37, 70}, 13, bias, 0, 3e-5);
+    linear_case(2, (int64_t[]){37, 70}, 13, bias, 0, 3e-5, no);
   }
   rg_ctx *ctx = open_ctx();
   if (!ctx) return;
@@ -2393,6 +2413,7 @@ static const test_case tests[] = {
     {"rg_max", t_max},         {"rg_argmax", t_argmax},
     {"rg_softmax", t_softmax}, {"rg_log_softmax", t_log_softmax},
     {"rg_matmul", t_matmul},   {"rg_linear", t_linear},
+    {"rg_linear_act", t_linear_act},
     {"rg_layernorm", t_layernorm}, {"rg_rmsnorm", t_rmsnorm},
     {"rg_embedding", t_embedding}, {"rg_attention", t_attention},
     {"rg_cross_entropy", t_cross_entropy}, {"rg_cross_entropy_ignore", t_cross_entropy_ignore},

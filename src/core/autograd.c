@@ -95,6 +95,27 @@ static uint32_t unreduce(rg_ctx *ctx, const rg_node *n, uint32_t g, rg_shape sx)
   return expand(ctx, reshape(ctx, g, k), sx);
 }
 
+static bool needs_grad(rg_ctx *ctx, uint32_t ref) {
+  return ref && (rg__t(ctx, ref)->flags & RG_T_GRAD);
+}
+
+/* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g; only the ones wanted
+   (the first layer's dx, for one, is a whole GEMM nobody reads). */
+static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin) {
+  uint32_t x = n->in[0], w = n->in[1], b = n->in[2];
+  if (!g) return; /* act' failed: its error is set */
+  rg_shape sx = rg__shape(ctx, x), gx = sx;
+  uint32_t g2 = rows2(ctx, g), gf = as_factors(ctx, g2, sx.dtype);
+  if (needs_grad(ctx, x)) {
+    gx.ndim = 2;
+    gx.dims[0] = rg__shape(ctx, g2).dims[0];
+    gx.dims[1] = sx.dims[sx.ndim - 1];
+    gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
+  }
+  if (needs_grad(ctx, w)) gin[1] = matmul_t(ctx, gf, rows2(ctx, x), 1, 0, rg__shape(ctx, w));
+  if (needs_grad(ctx, b)) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
+}
+
 /* ---- the rules ----------------------------------------------------------------------------- */
 
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint32_t *gin) {
@@ -153,16 +174,11 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     gin[1] = sum_to(ctx, matmul_t(ctx, x, gf, 1, 0, gb), sy);
     break;
   }
-  case RG_OP_LINEAR: { /* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g */
-    uint32_t w = y, b = n->in[2];
-    rg_shape sw = rg__shape(ctx, w), gx = sx;
-    uint32_t g2 = rows2(ctx, g), gf = as_factors(ctx, g2, sx.dtype);
-    gx.ndim = 2;
-    gx.dims[0] = rg__shape(ctx, g2).dims[0];
-    gx.dims[1] = sx.dims[sx.ndim - 1];
-    gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
-    gin[1] = matmul_t(ctx, gf, rows2(ctx, x), 1, 0, sw);
-    if (b) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
+  case RG_OP_LINEAR: linear_rule(ctx, n, g, gin); break;
+  case RG_OP_LINEAR_ACT: { /* out[0] = act(p), p = x w^T + b: dp = act'(p) g, then LINEAR's */
+    bool gelu = n->i[0] == RG_ACT_GELU;
+    linear_rule(ctx, n, op1(ctx, gelu ? RG_OP_GELU_BWD : RG_OP_RELU_BWD, gelu ? n->out[1] : out,
+                            g, 0, so, NULL, NULL), gin);
     break;
   }
   case RG_OP_LAYERNORM:
@@ -228,19 +244,32 @@ static void drop(rg_ctx *ctx, uint32_t g, uint32_t first) {
   if (--rg__t(ctx, g)->gref == 0 && !(g >> 31) && g > first) rg__release(ctx, g);
 }
 
-/* If gi is the output of the last queued node, a 2-D MATMUL, that node becomes a
-   MATMUL_ACC adding its product to the parameter gradient pg: a weight gradient costs
-   one GEMM (beta = 1) instead of a GEMM, a temporary and an ACCUM. gi is then written by
-   nothing, and released with the rule's other temporaries. */
+/* No queued node after node k reads tensor t. */
+static bool unread_after(const rg_ctx *ctx, size_t k, uint32_t t) {
+  for (size_t i = k + 1; i < ctx->n_nodes; i++)
+    for (int j = 0; j < ctx->nodes[i].nin; j++)
+      if (ctx->nodes[i].in[j] == t) return false;
+  return true;
+}
+
+/* If gi is made by a queued 2-D MATMUL of this rule that nothing after it reads, that
+   node becomes a MATMUL_ACC adding its product to the parameter gradient pg: a weight
+   gradient costs one GEMM (beta = 1) instead of a GEMM, a temporary and an ACCUM. It may
+   run before the rule's later nodes (a bias gradient, say): none of them touches pg. gi
+   is then written by nothing, and released with the rule's other temporaries. */
 static bool fold_into_matmul(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t first) {
-  if (ctx->n_nodes <= ctx->q_head || gi <= first || rg__t(ctx, gi)->gref) return false;
-  rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
-  if (n->op != RG_OP_MATMUL || n->out[0] != gi || rg__t(ctx, gi)->ndim != 2 ||
-      rg__t(ctx, n->in[0])->ndim != 2 || rg__t(ctx, n->in[1])->ndim != 2)
+  rg_tinfo *t = rg__t(ctx, gi);
+  if (gi <= first || t->gref || !t->node || t->node - 1 < ctx->q_head) return false;
+  size_t k = t->node - 1;
+  rg_node *n = &ctx->nodes[k];
+  if (n->op != RG_OP_MATMUL || n->out[0] != gi || t->ndim != 2 ||
+      rg__t(ctx, n->in[0])->ndim != 2 || rg__t(ctx, n->in[1])->ndim != 2 ||
+      !unread_after(ctx, k, gi))
     return false;
   n->op = RG_OP_MATMUL_ACC;
   n->in[2] = n->in[1], n->in[1] = n->in[0], n->in[0] = pg;
   n->nin = 3, n->nout = 0, n->out[0] = 0;
+  t->node = 0;
   return true;
 }
 

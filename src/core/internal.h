@@ -111,6 +111,17 @@ typedef struct rg_kargs {
   void *be;          /* the backend's launch state (CUDA: its stream, error word...) */
 } rg_kargs;
 
+/* LINEAR_ACT split into two kernels' arguments, for a backend without the fused form:
+   lin, a LINEAR writing the product (into out[1] for GELU, which keeps it; into out[0]
+   for ReLU), then act, the activation from there into out[0] (in place for ReLU). */
+static inline void rg__linear_act_split(const rg_kargs *k, rg_kargs *lin, rg_kargs *act) {
+  *lin = *k;
+  if (k->node->i[0] == RG_ACT_GELU) lin->out[0] = k->out[1];
+  *act = *k;
+  act->in[0] = lin->out[0];
+  act->in[1].p = act->in[2].p = NULL; /* absent, as a kernel tells */
+}
+
 /* A download that a drain performs after its last node, inside the same synchronisation
    (so a step that reads only its loss costs one device->host sync). done is set when the
    bytes were copied. */

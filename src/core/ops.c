@@ -262,13 +262,16 @@ rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
   return emit1(ctx, RG_OP_MATMUL, in, o, NULL, NULL);
 }
 
-rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
-  const char *call = "rg_linear";
-  uint32_t in[3];
+static rg_tensor linear(rg_ctx *ctx, const char *call, rg_tensor x, rg_tensor w, rg_tensor b,
+                        rg_act act) {
+  uint32_t in[3], out[RG_MAX_OUT] = {0};
   if (!ctx || !operand(ctx, x, call, 1, ANY_FLOAT, &in[0]) ||
       !operand(ctx, w, call, 2, ANY_FLOAT, &in[1]) || !optional(ctx, b, call, 3, &in[2]) ||
       !same_float(ctx, call, in))
     return RG_NONE;
+  if (act != RG_ACT_NONE && act != RG_ACT_RELU && act != RG_ACT_GELU)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "act %d is not an rg_act (RG_ACT_NONE, "
+                    "RG_ACT_RELU or RG_ACT_GELU)", (int)act), RG_NONE;
   rg_shape sx = rg__shape(ctx, in[0]), sw = rg__shape(ctx, in[1]), o = sx;
   if (sw.ndim != 2 || sx.ndim < 1 || sx.dims[sx.ndim - 1] != sw.dims[1])
     return shape_error(ctx, call, "do not fit: x is [..., in] and w is [out, in] (PyTorch "
@@ -282,7 +285,21 @@ rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
   o.dims[o.ndim - 1] = sw.dims[0];
   o.dtype = RG_F32;
   if (!autocast(ctx, in)) return RG_NONE;
-  return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
+  if (act == RG_ACT_NONE) return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
+  rg_shape outs[RG_MAX_OUT] = {o, o, {0, -1, {0}}};
+  if (act == RG_ACT_RELU) outs[1].ndim = -1; /* its backward needs only out[0] */
+  int64_t iv[4] = {act, 0, 0, 0};
+  return rg__emit(ctx, RG_OP_LINEAR_ACT, in, outs, iv, NULL, NULL, out) == RG_OK
+             ? rg__handle(ctx, out[0])
+             : RG_NONE;
+}
+
+rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
+  return linear(ctx, "rg_linear", x, w, b, RG_ACT_NONE);
+}
+
+rg_tensor rg_linear_act(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b, rg_act act) {
+  return linear(ctx, "rg_linear_act", x, w, b, act);
 }
 
 /* ---- normalisation, embedding, attention, losses ---------------------------------------- */

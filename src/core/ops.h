@@ -25,6 +25,9 @@
  *            products, F32 sums); out F32.
  *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out]. x and w as MATMUL's a
  *            and b; b and out F32.
+ *  LINEAR_ACT as LINEAR, then an activation: i[0] = RG_ACT_RELU or RG_ACT_GELU; out[0] =
+ *            act(x w^T + b); out[1] = x w^T + b, made only for GELU (its backward needs
+ *            the input; ReLU's reads out[0], positive exactly where its input is).
  *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance.
  *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
@@ -99,6 +102,7 @@
   X(LOG_SOFTMAX, log_softmax, "rg_log_softmax", 1, 1)         \
   X(MATMUL, matmul, "rg_matmul", 2, 1)                        \
   X(LINEAR, linear, "rg_linear", 3, 1)                        \
+  X(LINEAR_ACT, linear_act, "rg_linear_act", 3, 2)            \
   X(LAYERNORM, layernorm, "rg_layernorm", 3, 1)               \
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \

@@ -308,3 +308,11 @@ rg_status rg_cpu_linear(rg_kargs *k) {
   rg__free(k->ctx, ww);
   return st;
 }
+
+rg_status rg_cpu_linear_act(rg_kargs *k) {
+  rg_kargs lin, act;
+  rg__linear_act_split(k, &lin, &act);
+  rg_status st = rg_cpu_linear(&lin);
+  if (st != RG_OK) return st;
+  return k->node->i[0] == RG_ACT_GELU ? rg_cpu_gelu(&act) : rg_cpu_relu(&act);
+}

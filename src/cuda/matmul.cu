@@ -11,7 +11,8 @@
  * matmul_acc adds its product to a gradient in place (beta = 1) with alpha and beta read
  * from device memory: alpha is 0 when a kernel earlier in the drain raised a fault, so
  * a failed step leaves the gradient exactly as it was (every faulting kernel writes
- * zeros, never garbage, so 0 * product stays 0).
+ * zeros, never garbage, so 0 * product stays 0). linear_act applies ReLU or GELU in the
+ * epilogue (GELU also stores its input, the aux matrix, for the backward pass).
  */
 #include "cuda.h"
 
@@ -27,6 +28,8 @@ typedef struct gemm_args {
   const float *bias;           /* [N] added to every row of C, or NULL */
   int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
   const float *ab;             /* NULL: C = AB; else device {alpha, beta}: C = alpha AB + beta C */
+  int act;                     /* RG_ACT_*: C = act(AB + bias) in the epilogue */
+  float *aux;                  /* RG_ACT_GELU: AB + bias, the activation's input, goes here */
 } gemm_args;
 
 /* The largest power of two, at most 256, dividing an operand's address and (in a strided
@@ -67,7 +70,12 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   uint64_t yr = g->ta ? g->M : g->K, yc = g->ta ? g->K : g->M;
   int32_t batch = (int32_t)g->batch;
   int64_t sx = g->sb, sy = g->sa, sc = g->sc;
-  cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  static const cublasLtEpilogue_t epis[3][2] = {
+      {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS},
+      {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS},
+      {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}};
+  cublasLtEpilogue_t epi = epis[g->act][g->bias != NULL];
+  int64_t aux_ld = g->N;
   bool bf16 = g->dtype == RG_BF16;
   cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   int32_t bias_type = CUDA_R_32F;
@@ -91,6 +99,12 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                                           sizeof g->bias));
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                           &bias_type, sizeof bias_type));
+  }
+  if (g->act == RG_ACT_GELU) { /* the aux matrix is laid out as D */
+    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                          &g->aux, sizeof g->aux));
+    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                          sizeof aux_ld));
   }
   LT_TRY(cublasLtMatrixLayoutCreate(&la, in_type, xr, xc, (int64_t)xr));
   LT_TRY(cublasLtMatrixLayoutCreate(&lb, in_type, yr, yc, (int64_t)yr));
@@ -158,7 +172,7 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[o->ndim - 2],
                  o->dims[o->ndim - 1], 0, a->p, b->p, (float *)o->p, 1, 0, 0, 0, NULL,
-                 a->dtype, NULL};
+                 a->dtype, NULL, RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
   if (o->n == 0) return RG_OK;
   if (g.K == 0) {
@@ -200,7 +214,8 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], d->dims[0], d->dims[1], 0, a->p, b->p,
-                 (float *)d->p, 1, 0, 0, 0, NULL, a->dtype, (const float *)L->scratch};
+                 (float *)d->p, 1, 0, 0, 0, NULL, a->dtype, (const float *)L->scratch,
+                 RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[0] : a->dims[1];
   if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
   if (L->scratch_bytes < 2 * sizeof(float))
@@ -210,13 +225,35 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   return st == RG_OK ? gemm(k, &g) : st;
 }
 
-rg_status rg_cuda_linear(rg_kargs *k) {
-  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *o = &k->out[0];
-  int64_t in = w->dims[1], out = w->dims[0], rows = in ? x->n / in : 0;
-  if (in == 0) rows = out ? o->n / out : 0;
-  gemm_args g = {0, 1, rows, out, in, x->p, w->p, (float *)o->p, 1, 0, 0, 0,
-                 (const float *)bias->p, x->dtype, NULL};
-  if (o->n == 0) return RG_OK;
+/* y = x w^T + b as one GEMM of x [rows, in] by w [out, in] transposed; act, aux as
+   gemm_args'. */
+static rg_status linear(rg_kargs *k, float *y, int act, float *aux) {
+  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2];
+  int64_t in = w->dims[1], out = w->dims[0], n = k->out[0].n;
+  int64_t rows = in ? x->n / in : out ? n / out : 0;
+  gemm_args g = {0, 1, rows, out, in, x->p, w->p, y, 1, 0, 0, 0, (const float *)bias->p,
+                 x->dtype, NULL, act, aux};
+  if (n == 0) return RG_OK;
   if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
   return gemm(k, &g);
+}
+
+rg_status rg_cuda_linear(rg_kargs *k) {
+  return linear(k, (float *)k->out[0].p, RG_ACT_NONE, NULL);
+}
+
+/* The activation rides in cuBLASLt's epilogue; GELU's input is stored as its aux matrix,
+   whose leading dimension must be a multiple of 8. Otherwise, or when cuBLASLt offers no
+   algorithm with that epilogue, the product and the activation run as two kernels. */
+rg_status rg_cuda_linear_act(rg_kargs *k) {
+  int act = (int)k->node->i[0];
+  if (act == RG_ACT_RELU || k->in[1].dims[0] % 8 == 0) {
+    rg_status st = linear(k, (float *)k->out[0].p, act, (float *)k->out[1].p);
+    if (st != RG_ERR_UNSUPPORTED || k->in[1].dims[1] == 0) return st;
+  }
+  rg_kargs lin, a;
+  rg__linear_act_split(k, &lin, &a);
+  rg_status st = rg_cuda_linear(&lin);
+  if (st != RG_OK) return st;
+  return act == RG_ACT_GELU ? rg_cuda_gelu(&a) : rg_cuda_relu(&a);
 }

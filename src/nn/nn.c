@@ -193,7 +193,7 @@ rg_tensor rg_nn_mlp_forward(rg_ctx *ctx, const rg_nn_mlp *m, rg_tensor x) {
     rg__nn_misuse(ctx, "rg_nn_mlp_forward: m is NULL");
     return RG_NONE;
   }
-  rg_tensor h = rg_gelu(ctx, rg_nn_linear_forward(ctx, &m->c_fc, x));
+  rg_tensor h = rg_linear_act(ctx, x, m->c_fc.w, m->c_fc.b, RG_ACT_GELU);
   return maybe_dropout(ctx, rg_nn_linear_forward(ctx, &m->c_proj, h), m->dropout);
 }
 
