@@ -91,6 +91,15 @@ static out c_linear_act(rg_ctx *c) {
   h = rg_linear_act(c, rg_cast(c, h, RG_BF16), rg_cast(c, w4, RG_BF16), RG_NONE, RG_ACT_GELU);
   return weigh(c, h);
 }
+/* Weight gradients (a^T b over the rows) in TF32, where the backend first transposes the
+   smaller operand so cuBLASLt gets a K-contiguous one: both choices, and a K that is not
+   a multiple of the 32-row tiles. */
+static out c_tf32(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D2(301, 40)), w = P(c, "w", D2(72, 40)), b = P(c, "b", 1, (int64_t[]){72});
+  rg_tensor w2 = P(c, "w2", D2(24, 72));
+  rg_tensor h = rg_linear_act(c, x, w, b, RG_ACT_GELU);
+  return weigh(c, rg_linear(c, h, w2, RG_NONE));
+}
 static out c_norms(rg_ctx *c) {
   rg_tensor x = rg_add(c, P(c, "x", D3(3, 4, 96)), P(c, "off", D3(3, 4, 1)));
   rg_tensor g = P(c, "g", 1, (int64_t[]){96}), b = P(c, "b", 1, (int64_t[]){96});
@@ -210,12 +219,15 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
   return e;
 }
 
+static int g_tf32; /* run_case: the CUDA context uses TF32 tensor cores */
+
 static void run_case(const char *name, build_fn f, double tol) {
   rg_options o = {.quiet = 1, .seed = 11};
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
   rg_open(&c, &o);
   o.device = RG_DEVICE_CUDA;
+  o.tf32 = g_tf32;
   rg_open(&g, &o);
   if (!c || !g) {
     CHECK(0, "%s: could not open both contexts", name);
@@ -501,6 +513,11 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol);
+  /* TF32 keeps 10 of 23 mantissa bits in the products: relative errors ~ 2^-11 per term,
+     ~5e-4 normalised over sums of 40-301 terms; a wrong layout would be O(1). */
+  g_tf32 = 1;
+  run_case("tf32-dW", c_tf32, 3e-3);
+  g_tf32 = 0;
   run_training();
   run_checkpoint();
   run_graphs();
