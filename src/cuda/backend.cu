@@ -78,6 +78,7 @@ static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const 
 #define RG_CUDA_CHECK(ctx, call) cuda_check((ctx), (call), #call, __FILE__, __LINE__)
 
 static rg_cuda_state *state(rg_ctx *ctx) { return (rg_cuda_state *)ctx->be_state; }
+rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx) { return &state(ctx)->L; }
 
 extern "C" int rg_cuda_available(void) {
   int n = 0;
@@ -90,6 +91,32 @@ extern "C" int rg_cuda_available(void) {
 
 static void cuda_close(rg_ctx *ctx);
 
+/* The GPU a context opens: device_index; or, when that is 0 (the default) in a process
+   started as one rank of a data-parallel run (RG_WORLD_SIZE set, as resgrad-run does),
+   the rank's own: RG_LOCAL_RANK, else RG_RANK modulo the GPUs. The choice is made here
+   because every allocation of the context (parameters included, which exist before
+   rg_dist_init) lands on it. -1 after failing with a message. */
+static int pick_device(rg_ctx *ctx, int n) {
+  const char *world = getenv("RG_WORLD_SIZE"), *lr = getenv("RG_LOCAL_RANK");
+  const char *rk = getenv("RG_RANK"), *v = lr && *lr ? lr : rk;
+  if (ctx->opt.device_index != 0 || !world || !*world || !v || !*v) {
+    if (ctx->opt.device_index >= 0 && ctx->opt.device_index < n) return ctx->opt.device_index;
+    rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "device_index %d is outside [0, %d)",
+             ctx->opt.device_index, n);
+    return -1;
+  }
+  char *end = NULL;
+  long r = strtol(v, &end, 10);
+  if (*end || r < 0 || (v == lr && r >= n)) {
+    rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "%s=\"%.40s\" %s: each rank of a machine needs "
+             "its own GPU; start at most %d ranks per machine (resgrad-run -n), or choose "
+             "the GPUs with CUDA_VISIBLE_DEVICES", v == lr ? "RG_LOCAL_RANK" : "RG_RANK", v,
+             *end || r < 0 ? "is not a rank" : "names no GPU here", n);
+    return -1;
+  }
+  return (int)(r % n);
+}
+
 static rg_status cuda_open(rg_ctx *ctx) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -98,14 +125,14 @@ static rg_status cuda_open(rg_ctx *ctx) {
                     "CUDA GPU is usable here; use RG_DEVICE_AUTO (falls back to the CPU) or "
                     "RG_DEVICE_CPU");
   }
-  if (ctx->opt.device_index < 0 || ctx->opt.device_index >= n)
-    return rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "device_index %d is outside [0, %d)",
-                    ctx->opt.device_index, n);
+  int dev = pick_device(ctx, n);
+  if (dev < 0) return RG_ERR_MISUSE;
   rg_cuda_state *s = (rg_cuda_state *)rg__calloc(ctx, 1, sizeof *s);
   if (!s) return rg__fail(ctx, RG_ERR_OOM, "rg_open", "out of host memory");
   ctx->be_state = s;
-  s->dev = ctx->opt.device_index;
+  s->dev = dev;
   rg_cuda_launch *L = &s->L;
+  L->dev = dev;
   cudaDeviceProp p;
   rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, s->dev));
@@ -174,6 +201,10 @@ static void cuda_close(rg_ctx *ctx) {
   if (!s) return;
   rg_cuda_launch *L = &s->L;
   if (s->prof && s->prof_drains) prof_print(s);
+  if (L->comm) { /* rg_close left the group first; this is for a failed rg_open */
+    char msg[256];
+    (void)rg_cuda_dist_close(ctx, true, msg, sizeof msg);
+  }
   for (size_t i = 0; i < s->nev; i++) cudaEventDestroy(s->ev[i]);
   rg__free(ctx, s->ev);
   for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
@@ -273,6 +304,13 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
              e.limit == 0 ? "NaN" : e.limit > 0 ? "+Inf" : "-Inf");
     return RG_ERR_NONFINITE;
   }
+  if (e.code == RG_CUDA_E_PEER) {
+    snprintf(msg, cap, "rank %lld failed earlier in this step (its own error says where and "
+             "why), and its gradients are in this average: every rank skips the step's "
+             "updates, so the weights stay those of the last complete step, equal on every "
+             "rank. Fix the cause on that rank", e.value);
+    return RG_ERR_FAILED;
+  }
   if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);
@@ -330,6 +368,9 @@ static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
   g->aux = n->aux;
   if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP) {
     g->aux_hash = list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull);
+  } else if (n->op == RG_OP_ALLREDUCE) { /* the graph names the communicator too */
+    g->aux_hash = mix(list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull),
+                      state(ctx)->L.comm_epoch);
   } else if (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) {
     const rg_optim *o = (const rg_optim *)n->aux;
     uint64_t h = list_hash(ctx, &o->params, 1469598103934665603ull);
@@ -509,6 +550,8 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   rg_cuda_state *s = state(ctx);
   rg_status st = run_queue(ctx, first, last, failed, msg, msgcap);
   if (st != RG_OK) {
+    if (s->L.comm) /* (a capture that could not begin names no node: all are unissued) */
+      rg_cuda_dist_unissued(ctx, *failed < last ? *failed : first, last, msg, msgcap);
     (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
     (void)cudaGetLastError();
     return st;
@@ -520,6 +563,17 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   cudaError_t e = rb ? cudaMemcpyAsync(small ? s->bounce : rb->dst, rb->src, rb->bytes,
                                        cudaMemcpyDeviceToHost, s->L.stream)
                      : cudaSuccess;
+  /* A drain whose all-reduces wait for peers waits only as long as the peers may take. */
+  bool peers = false;
+  for (size_t i = first; s->L.comm && !peers && i < last; i++)
+    peers = ctx->nodes[i].op == RG_OP_ALLREDUCE;
+  if (peers && e == cudaSuccess && e0 == cudaSuccess) {
+    st = rg_cuda_dist_wait(ctx, msg, msgcap);
+    if (st != RG_OK) {
+      for (*failed = first; ctx->nodes[*failed].op != RG_OP_ALLREDUCE;) ++*failed;
+      return st;
+    }
+  }
   cudaError_t e2 = cudaStreamSynchronize(s->L.stream);
   if (e == cudaSuccess) e = e0;
   if (e == cudaSuccess) e = e2;
@@ -563,4 +617,13 @@ extern "C" const rg_backend rg_cuda_backend = {
     cuda_zero,
     cuda_execute,
     cuda_sync,
+#ifdef RG_HAVE_NCCL
+    rg_cuda_dist_id,
+    rg_cuda_dist_open,
+    rg_cuda_dist_close,
+#else
+    NULL, /* no NCCL: rg_dist_init refuses a CUDA context of more than one rank */
+    NULL,
+    NULL,
+#endif
 };
