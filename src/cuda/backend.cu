@@ -174,6 +174,11 @@ static void drop_entry(rg_ctx *ctx, gentry *e) {
   memset(e, 0, sizeof *e);
 }
 
+void rg_cuda_drop_graphs(rg_ctx *ctx) {
+  rg_cuda_state *s = state(ctx);
+  for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
+}
+
 /* The RG_PROFILE table: device time per op, the most expensive first. */
 static void prof_print(rg_cuda_state *s) {
   double total = 0;
@@ -207,7 +212,7 @@ static void cuda_close(rg_ctx *ctx) {
   }
   for (size_t i = 0; i < s->nev; i++) cudaEventDestroy(s->ev[i]);
   rg__free(ctx, s->ev);
-  for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
+  rg_cuda_drop_graphs(ctx);
   drop_entry(ctx, &s->last);
   rg__free(ctx, s->cur);
   if (L->stream) cudaStreamSynchronize(L->stream);

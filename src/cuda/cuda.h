@@ -64,6 +64,9 @@ typedef struct rg_cuda_launch {
 
 /* The launch state of a CUDA context (backend.cu). */
 rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx);
+/* Destroys every cached graph (backend.cu): before a communicator is closed, since NCCL
+   keeps a communicator's resources while a graph that captured its calls exists. */
+void rg_cuda_drop_graphs(rg_ctx *ctx);
 
 /* NCCL (nccl.cu), the backend's dist_* members where the build has NCCL. */
 rg_status rg_cuda_dist_id(rg_ctx *ctx, void *id, char *msg, size_t cap);

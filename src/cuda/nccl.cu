@@ -135,6 +135,7 @@ rg_status rg_cuda_dist_close(rg_ctx *ctx, bool abort, char *msg, size_t cap) {
   ncclComm_t comm = (ncclComm_t)L->comm;
   rg_status st = RG_OK;
   L->comm = NULL;
+  rg_cuda_drop_graphs(ctx); /* they name this communicator; NCCL waits for them to go */
   if (comm && !abort) { /* finalize waits for the peers: bounded, then abort */
     ncclResult_t r = settle(comm, ncclCommFinalize(comm), now_s() + L->timeout);
     if (r == ncclSuccess) r = ncclCommDestroy(comm);
