@@ -100,13 +100,14 @@ static void hang_up(rg_dist *d) {
     if (d->fd[r] >= 0) close(d->fd[r]), d->fd[r] = -1;
 }
 
-/* Leaves the backend's group (if it joined one) and closes the connections. */
-static rg_status free_dist(rg_ctx *ctx, rg_dist *d) {
+/* Leaves the backend's group (if it joined one; at once with abort or after a failure,
+   else with the peers) and closes the connections. */
+static rg_status free_dist(rg_ctx *ctx, rg_dist *d, bool abort) {
   rg_status st = RG_OK;
   if (!d) return st;
   if (d->dev) {
     char msg[512] = "";
-    st = ctx->be->dist_close(ctx, d->broken != RG_OK, msg, sizeof msg);
+    st = ctx->be->dist_close(ctx, abort || d->broken != RG_OK, msg, sizeof msg);
     if (st != RG_OK) rg__fail(ctx, st, "rg_dist_close", "%s", msg);
   }
   if (d->fd) hang_up(d);
@@ -601,7 +602,7 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
   if (st == RG_OK && s.world > 1) st = share_params(ctx, d, msg, sizeof msg);
   if (st != RG_OK) {
     if (*msg) rg__fail(ctx, st, CALL, "%s", msg);
-    (void)free_dist(ctx, d);
+    (void)free_dist(ctx, d, true); /* the peers fail their rg_dist_init too */
     return st;
   }
   ctx->dist = d;
@@ -611,13 +612,13 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
 rg_status rg_dist_close(rg_ctx *ctx) {
   if (!ctx || !ctx->dist) return RG_OK;
   rg_status st = rg__drain(ctx, RG_DRAIN_SYNC);
-  rg_status cl = free_dist(ctx, ctx->dist);
+  rg_status cl = free_dist(ctx, ctx->dist, false);
   ctx->dist = NULL;
   return st != RG_OK ? st : cl;
 }
 
 void rg__dist_free(rg_ctx *ctx) {
-  (void)free_dist(ctx, ctx->dist);
+  (void)free_dist(ctx, ctx->dist, false);
   ctx->dist = NULL;
 }
 

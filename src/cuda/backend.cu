@@ -557,6 +557,10 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   if (st != RG_OK) {
     if (s->L.comm) /* (a capture that could not begin names no node: all are unissued) */
       rg_cuda_dist_unissued(ctx, *failed < last ? *failed : first, last, msg, msgcap);
+    if (s->L.comm) { /* all-reduces it did launch wait for peers: as long as they may */
+      char why[512];
+      (void)rg_cuda_dist_wait(ctx, why, sizeof why); /* a failure there breaks the transport */
+    }
     (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
     (void)cudaGetLastError();
     return st;
