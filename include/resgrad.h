@@ -480,7 +480,8 @@ RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
    data). */
 
 /* Options for rg_dist_init; a zero-initialised struct (or NULL) takes everything from the
-   environment, which is what resgrad-run sets. */
+   environment, which is what resgrad-run sets (RG_LOCAL_RANK too, which rg_open reads
+   to choose a CUDA context's GPU: see rg_options.device_index). */
 typedef struct rg_dist_options {
   int world_size;         /* ranks in all, >= 1; 0: rank and world size from env RG_RANK
                              and RG_WORLD_SIZE (both must be set, integers) */
