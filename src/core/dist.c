@@ -56,8 +56,11 @@
 #define CHUNK 16384                 /* floats rank 0 receives and adds at a time */
 
 enum { M_HELLO = 1, M_ACK, M_REDUCE, M_RESULT, M_GROUP };
+#define DEV_AVG (1ull << 62)
 /* Every message starts with one (the ranks run one build on one architecture).
-   HELLO: a rank, b world, c parameters, d fingerprint of their names, dtypes, shapes.
+   HELLO: a rank, b world, c parameters (| DEV_AVG when the backend averages, so ranks
+   on different kinds of device are told apart), d fingerprint of their names, dtypes,
+   shapes.
    ACK: a world. REDUCE (to rank 0) and RESULT (from it): a sequence number, b bytes.
    GROUP (from rank 0, then RG_DIST_ID bytes): b = RG_DIST_ID. */
 typedef struct hdr { uint64_t magic, kind, a, b, c, d; } hdr;
@@ -324,12 +327,18 @@ static rg_status gather(rg_dist *d, const char *host, const char *port, const hd
       } else {
         d->fd[h.a] = c;
         have++;
-        if (h.c != mine->c || h.d != mine->d)
+        if ((h.c ^ mine->c) & DEV_AVG)
+          st = broke(d, RG_ERR_MISUSE, msg, cap, "rank %llu runs on %s, rank 0 on %s: "
+                     "open every rank's context on the same kind of device",
+                     (unsigned long long)h.a, h.c & DEV_AVG ? "GPUs" : "the CPU",
+                     mine->c & DEV_AVG ? "GPUs" : "the CPU");
+        else if (h.c != mine->c || h.d != mine->d)
           st = broke(d, RG_ERR_MISUSE, msg, cap, "rank %llu built another model (%llu "
                      "parameters, or other names, dtypes or shapes) than rank 0 (%llu "
                      "parameters): every rank must build the same model before "
-                     "rg_dist_init", (unsigned long long)h.a, (unsigned long long)h.c,
-                     (unsigned long long)mine->c);
+                     "rg_dist_init", (unsigned long long)h.a,
+                     (unsigned long long)(h.c & ~DEV_AVG),
+                     (unsigned long long)(mine->c & ~DEV_AVG));
       }
     } else if (r < 0 ? errno != EINTR
                      : errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
@@ -591,8 +600,8 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
   d->bucket_bytes = o.bucket_bytes ? o.bucket_bytes : DEFAULT_BUCKET;
   char msg[768] = "";
   if (s.world > 1) {
-    hdr mine = {MAGIC, M_HELLO, (uint64_t)s.rank, (uint64_t)s.world, (uint64_t)ctx->nparams,
-                fingerprint(ctx)};
+    hdr mine = {MAGIC, M_HELLO, (uint64_t)s.rank, (uint64_t)s.world,
+                (uint64_t)ctx->nparams | (ctx->be->dist_open ? DEV_AVG : 0), fingerprint(ctx)};
     st = s.rank == 0 ? gather(d, s.host, s.port, &mine, msg, sizeof msg)
                      : join(d, s.host, s.port, &mine, msg, sizeof msg);
   }
