@@ -23,8 +23,11 @@
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
-   given back to the pass pool by rg_backward (an internal gradient temporary). */
-enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16 };
+   given back to the pass pool by rg_backward (an internal gradient temporary); a
+   gradient whose all-reduce a backend may still be running beside the drain's other
+   work (CUDA: on its communication stream; set and cleared within one drain). */
+enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
+       RG_T_COMM = 32 };
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {

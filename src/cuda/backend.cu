@@ -440,12 +440,52 @@ static gentry *victim(rg_ctx *ctx, rg_cuda_state *s) {
   return v;
 }
 
+cudaError_t rg_cuda_join(rg_ctx *ctx, size_t first, size_t upto) {
+  rg_cuda_launch *L = &state(ctx)->L;
+  if (!L->inflight) return cudaSuccess;
+  L->inflight = false;
+  for (size_t i = first; i < upto; i++) {
+    const rg_node *n = &ctx->nodes[i];
+    const rg_list *l = (const rg_list *)n->aux;
+    for (int j = 0; n->op == RG_OP_ALLREDUCE && j < l->n; j++)
+      rg__t(ctx, l->ref[j])->flags &= (uint8_t)~RG_T_COMM;
+  }
+  return cudaStreamWaitEvent(L->stream, L->done, 0);
+}
+
+/* A failed join as the failure of node i of a drain. */
+static rg_status join_failed(cudaError_t e, size_t i, size_t *failed, char *msg, size_t cap) {
+  (void)cudaGetLastError();
+  *failed = i;
+  snprintf(msg, cap, "cudaStreamWaitEvent (for the gradient all-reduces) failed: %s",
+           cudaGetErrorString(e));
+  return RG_ERR_DEVICE;
+}
+
+/* Must node n wait for the all-reduces in flight? Yes if it touches one of their
+   gradients: as an operand (a later backward never does: a bucket is recorded once its
+   gradients are complete), or through a list (clipping, the optimizers, zero_grad).
+   Other nodes, the rest of the backward pass, run beside them. */
+static bool needs_join(rg_ctx *ctx, const rg_node *n) {
+  if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP || n->op == RG_OP_ADAMW ||
+      n->op == RG_OP_SGD)
+    return true;
+  for (int j = 0; j < n->nin + n->nout; j++) {
+    uint32_t ref = j < n->nin ? n->in[j] : n->out[j - n->nin];
+    if (ref && (rg__t(ctx, ref)->flags & RG_T_COMM)) return true;
+  }
+  return false;
+}
+
 static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
                             size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   rg_kargs k;
   for (size_t i = first; i < last; i++) {
     const rg_node *n = &ctx->nodes[i];
+    cudaError_t je = s->L.inflight && needs_join(ctx, n) ? rg_cuda_join(ctx, first, i)
+                                                        : cudaSuccess;
+    if (je != cudaSuccess) return join_failed(je, i, failed, msg, msgcap);
     memset(&k, 0, sizeof k);
     k.ctx = ctx;
     k.node = n;
@@ -463,10 +503,13 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
     if (st == RG_OK && ctx->opt.check_finite) st = rg_cuda_check_finite(&k);
     if (st != RG_OK) {
       *failed = i;
+      (void)rg_cuda_join(ctx, first, i + 1); /* what was launched ends on the stream */
       return st;
     }
   }
-  return RG_OK;
+  /* The drain's end (its synchronisation, a capture's end) covers the all-reduces. */
+  cudaError_t je = rg_cuda_join(ctx, first, last);
+  return je == cudaSuccess ? RG_OK : join_failed(je, last - 1, failed, msg, msgcap);
 }
 
 /* Runs [first, last): replays the cached graph of an identical earlier drain, captures

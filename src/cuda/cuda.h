@@ -60,7 +60,19 @@ typedef struct rg_cuda_launch {
   double timeout;
   int *flag;
   uint64_t comm_epoch;
+  /* The all-reduces run on their own stream so that they overlap the rest of the
+     backward pass: each waits for ready (recorded on stream when its bucket is
+     complete) and records done; inflight says done has not been joined back into
+     stream yet (rg_cuda_join), and the gradients concerned carry RG_T_COMM. */
+  cudaStream_t comm_stream;
+  cudaEvent_t ready, done;
+  bool inflight;
 } rg_cuda_launch;
+
+/* Makes the context's stream wait for every all-reduce launched so far in the drain of
+   nodes [first, upto) and clears their gradients' RG_T_COMM (backend.cu). Nothing to do
+   when none is in flight. */
+cudaError_t rg_cuda_join(rg_ctx *ctx, size_t first, size_t upto);
 
 /* The launch state of a CUDA context (backend.cu). */
 rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx);

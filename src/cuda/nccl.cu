@@ -4,10 +4,14 @@
  * per context, one GPU per rank, and the ALLREDUCE node.
  *
  * An ALLREDUCE node averages its bucket's gradients in place with one ncclAllReduce
- * (ncclAvg) per tensor inside one ncclGroupStart/End, on the context's stream, so it is
- * ordered after the backward kernels that completed the bucket and before the rest of
- * the backward, which it overlaps on the GPU; a captured step holds it like any kernel
- * (NCCL supports stream capture; the backend captures in thread-local mode). Grouped
+ * (ncclAvg) per tensor inside one ncclGroupStart/End, on the context's communication
+ * stream: it waits for an event recorded on the main stream once the kernels that
+ * completed the bucket are queued, and records one when done, so the rest of the
+ * backward pass runs beside it; the main stream waits for that event only before a node
+ * that touches one of its gradients (clipping, the optimizer, zero_grad) and at the
+ * drain's end (backend.cu: needs_join, rg_cuda_join). A captured step holds the fork and
+ * the join like any other work (NCCL supports stream capture; the backend captures in
+ * thread-local mode). Grouped
  * per-tensor calls rather than packing into one buffer: no copies in and out, no buffer
  * to size, and NCCL fuses a group into few kernels. NCCL's result is the same bits on
  * every rank (each element is reduced once and then sent to all), so the weights stay
@@ -82,6 +86,21 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, double deadline) {
   return r;
 }
 
+/* Frees what dist_open made besides the communicator (after it is gone, so no kernel
+   of it is left to use them: the stream and events go once their work is done). Freeing
+   fails only for a context that is already broken, with nothing better to do. */
+static void free_comm_state(rg_cuda_launch *L) {
+  if (L->flag) (void)cudaFree(L->flag);
+  if (L->comm_stream) (void)cudaStreamDestroy(L->comm_stream);
+  if (L->ready) (void)cudaEventDestroy(L->ready);
+  if (L->done) (void)cudaEventDestroy(L->done);
+  (void)cudaGetLastError();
+  L->flag = NULL;
+  L->comm_stream = NULL;
+  L->ready = L->done = NULL;
+  L->inflight = false;
+}
+
 rg_status rg_cuda_dist_id(rg_ctx *ctx, void *id, char *msg, size_t cap) {
   (void)ctx;
   ncclResult_t r = ncclGetUniqueId((ncclUniqueId *)id);
@@ -96,10 +115,14 @@ rg_status rg_cuda_dist_open(rg_ctx *ctx, int rank, int world, const void *id, do
                             char *msg, size_t cap) {
   rg_cuda_launch *L = rg_cuda_launch_of(ctx);
   cudaError_t ce = cudaSetDevice(L->dev);
-  if (ce == cudaSuccess && !L->flag) ce = cudaMalloc((void **)&L->flag, sizeof(int));
+  if (ce == cudaSuccess) ce = cudaMalloc((void **)&L->flag, sizeof(int));
+  if (ce == cudaSuccess)
+    ce = cudaStreamCreateWithFlags(&L->comm_stream, cudaStreamNonBlocking);
+  if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&L->ready, cudaEventDisableTiming);
+  if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&L->done, cudaEventDisableTiming);
   if (ce != cudaSuccess) {
-    (void)cudaGetLastError();
     snprintf(msg, cap, "preparing GPU %d for NCCL: %s", L->dev, cudaGetErrorString(ce));
+    free_comm_state(L);
     return RG_ERR_DEVICE;
   }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -125,8 +148,7 @@ rg_status rg_cuda_dist_open(rg_ctx *ctx, int rank, int world, const void *id, do
              "needs its own GPU (RG_LOCAL_RANK, CUDA_VISIBLE_DEVICES); NCCL_DEBUG=WARN makes "
              "NCCL say more", rank, world, L->dev, nccl_why(comm, r));
   if (comm) (void)ncclCommAbort(comm); /* nothing more to say if this fails too */
-  cudaFree(L->flag);
-  L->flag = NULL;
+  free_comm_state(L);
   return RG_ERR_IO;
 }
 
@@ -148,8 +170,7 @@ rg_status rg_cuda_dist_close(rg_ctx *ctx, bool abort, char *msg, size_t cap) {
     }
   }
   if (comm && abort) (void)ncclCommAbort(comm); /* the last word: nothing to do on failure */
-  cudaFree(L->flag);
-  L->flag = NULL;
+  free_comm_state(L);
   return st;
 }
 
@@ -174,33 +195,52 @@ rg_status rg_cuda_allreduce(rg_kargs *k) {
              "rg_dist_init, or a new process, recover");
     return RG_ERR_IO;
   }
-  flag_in_k<<<1, 1, 0, L->stream>>>(L->err, L->flag, L->rank);
+  cudaError_t ce = cudaEventRecord(L->ready, L->stream);
+  if (ce == cudaSuccess) ce = cudaStreamWaitEvent(L->comm_stream, L->ready, 0);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(k->msg, k->msgcap, "handing the bucket to the communication stream: %s",
+             cudaGetErrorString(ce));
+    return RG_ERR_DEVICE;
+  }
+  L->inflight = true; /* from here on the main stream must join it (launch_all does) */
+  for (int i = 0; i < l->n; i++) rg__t(k->ctx, l->ref[i])->flags |= RG_T_COMM;
+  flag_in_k<<<1, 1, 0, L->comm_stream>>>(L->err, L->flag, L->rank);
   rg_status st = rg_cuda_check_launch(k, "the all-reduce's fault flag");
-  if (st != RG_OK) return st;
-  ncclResult_t r = ncclGroupStart();
-  for (int i = 0; r == ncclSuccess && i < l->n; i++) {
+  ncclResult_t r = st == RG_OK ? ncclGroupStart() : ncclSuccess;
+  for (int i = 0; st == RG_OK && r == ncclSuccess && i < l->n; i++) {
     rg_tinfo *t = rg__t(k->ctx, l->ref[i]);
     r = ncclAllReduce(t->data, t->data, (size_t)t->numel, ncclFloat32, ncclAvg, comm,
-                      L->stream);
+                      L->comm_stream);
   }
-  if (r == ncclSuccess)
-    r = ncclAllReduce(L->flag, L->flag, 1, ncclInt32, ncclMax, comm, L->stream);
-  ncclResult_t e = ncclGroupEnd(); /* always: a group left open would swallow later calls */
-  if (r == ncclSuccess) r = e;
-  r = settle(comm, r, now_s() + L->timeout); /* the first one connects to the peers */
-  if (r == ncclInProgress) {
+  if (st == RG_OK && r == ncclSuccess)
+    r = ncclAllReduce(L->flag, L->flag, 1, ncclInt32, ncclMax, comm, L->comm_stream);
+  if (st == RG_OK) { /* always ended: a group left open would swallow later calls */
+    ncclResult_t e = ncclGroupEnd();
+    r = settle(comm, r == ncclSuccess ? e : r, now_s() + L->timeout); /* 1st: connects */
+  }
+  if (st == RG_OK && r == ncclInProgress) {
     snprintf(k->msg, k->msgcap, "NCCL could not connect this rank to its peers within %g s: "
              "a rank stopped or cannot reach the others (NCCL_DEBUG=INFO says more)",
              L->timeout);
-    return RG_ERR_IO;
-  }
-  if (r != ncclSuccess) {
+    st = RG_ERR_IO;
+  } else if (st == RG_OK && r != ncclSuccess) {
     snprintf(k->msg, k->msgcap, "ncclAllReduce of %d gradients failed: %s (NCCL_DEBUG=WARN "
              "makes NCCL say more)", l->n, nccl_why(comm, r));
-    return RG_ERR_IO;
+    st = RG_ERR_IO;
   }
-  flag_out_k<<<1, 1, 0, L->stream>>>(L->err, L->flag, L->node);
-  return rg_cuda_check_launch(k, "the all-reduce's fault flag");
+  if (st == RG_OK) {
+    flag_out_k<<<1, 1, 0, L->comm_stream>>>(L->err, L->flag, L->node);
+    st = rg_cuda_check_launch(k, "the all-reduce's fault flag");
+  }
+  ce = cudaEventRecord(L->done, L->comm_stream); /* always: the join waits for what ran */
+  if (st == RG_OK && ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(k->msg, k->msgcap, "marking the end of the all-reduce: %s",
+             cudaGetErrorString(ce));
+    st = RG_ERR_DEVICE;
+  }
+  return st;
 }
 
 /* ---- waiting for a step ------------------------------------------------------------------ */
