@@ -11,7 +11,7 @@
  * that touches one of its gradients (clipping, the optimizer, zero_grad) and at the
  * drain's end (backend.cu: needs_join, rg_cuda_join). A captured step holds the fork and
  * the join like any other work (NCCL supports stream capture; the backend captures in
- * thread-local mode). Grouped
+ * thread-local mode, after an eager run, which sets up NCCL's connections). Grouped
  * per-tensor calls rather than packing into one buffer: no copies in and out, no buffer
  * to size, and NCCL fuses a group into few kernels. NCCL's result is the same bits on
  * every rank (each element is reduced once and then sent to all), so the weights stay
