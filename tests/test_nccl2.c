@@ -13,7 +13,7 @@
  *      with RG_ERR_IO naming it, well within the timeout (20 s), with its weights those
  *      of the last complete step, and the step after fails at once with the first
  *      message; a rank that stops without exiting makes the other fail after the timeout
- *      (3 s), not before.
+ *      (8 s: NCCL needs some of it to set up), not before.
  *
  * Exits 77 (skipped) where fewer than two CUDA GPUs are usable or the build has no NCCL.
  */
@@ -121,7 +121,7 @@ static int g_victim, g_hang; /* which rank fails, and whether it hangs instead o
 
 static void victim(int rank, int world, int port, result *r) {
   mlp m;
-  rg_ctx *ctx = join_gpu(rank, world, port, g_hang ? 3 : 20, 0, &m, r);
+  rg_ctx *ctx = join_gpu(rank, world, port, g_hang ? 8 : 20, 0, &m, r);
   if (!ctx) return;
   outlive(ctx, &m, rank, g_victim, g_hang, r);
   rg_close(ctx);
@@ -133,10 +133,10 @@ static void test_victim(int who, int hang) {
   g_hang = hang;
   snprintf(tag, sizeof tag, "nccl_%s%d", hang ? "hang" : "die", who);
   if (hang)
-    snprintf(want, sizeof want, "did not finish within 3 s");
+    snprintf(want, sizeof want, "did not finish within 8 s");
   else
     snprintf(want, sizeof want, "rank %d closed its connection", who);
-  outlive_case(tag, victim, who, hang, 3, want, 15);
+  outlive_case(tag, victim, who, hang, 8, want, 15);
 }
 
 int main(void) {

@@ -275,10 +275,16 @@ rg_status rg_cuda_dist_wait(rg_ctx *ctx, char *msg, size_t cap) {
   for (;;) {
     cudaError_t e = cudaStreamQuery(L->stream);
     if (e == cudaSuccess) return RG_OK;
-    if (e != cudaErrorNotReady) {
-      snprintf(text, sizeof text, "the device failed while running a step that averages "
-               "gradients: %s", cudaGetErrorString(e));
-      return give_up(ctx, L, RG_ERR_DEVICE, text, msg, cap);
+    if (e != cudaErrorNotReady) { /* a peer's death can fault its peers' copies into it */
+      if ((lost = rg__dist_lost(ctx)) >= 0)
+        snprintf(text, sizeof text, "rank %d closed its connection while this rank was "
+                 "averaging gradients, and this GPU then failed (%s): stop every rank and "
+                 "start the run again (from its last checkpoint)", lost,
+                 cudaGetErrorString(e));
+      else
+        snprintf(text, sizeof text, "the device failed while running a step that averages "
+                 "gradients: %s", cudaGetErrorString(e));
+      return give_up(ctx, L, lost >= 0 ? RG_ERR_IO : RG_ERR_DEVICE, text, msg, cap);
     }
     ncclResult_t a = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)L->comm, &a);
