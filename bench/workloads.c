@@ -6,7 +6,7 @@
  * training loop over a host-side dataset does.
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
- *                   [--steps N] [--warm N] [workload ...]
+ *                   [--distributed] [--steps N] [--warm N] [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
@@ -17,6 +17,12 @@
  *         (device_mib, as its max_memory_reserved), host<->device
  *         bytes per step, nodes per step (kernels, each a node of the step's graph),
  *         launches per step (1 once the graph replays), graph replays, the first loss.
+ * --distributed: one rank of a data-parallel run started by resgrad-run (rg_dist_init
+ *         after the model is built; on GPUs one rank per GPU, gradients averaged with
+ *         NCCL). Each rank trains on the workload's batch (weak scaling: N ranks process
+ *         N times the rows of one), all on the same rows, which changes no timing. Rank
+ *         0 alone prints; "world" is the number of ranks. Scaling efficiency on N GPUs
+ *         is ms_median of the plain run on one GPU / ms_median of the N-rank run.
  */
 #include <resgrad.h>
 #include <resgrad_nn.h>
@@ -54,7 +60,7 @@ static int cmp_d(const void *a, const void *b) {
 
 /* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
    --upload makes every step upload it with rg_input instead. */
-static int upload;
+static int upload, distributed;
 
 typedef struct model {
   const work *w;
@@ -158,6 +164,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   rg_stats s0, s1;
   if (!build(ctx, &m) || !(opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 1e-3f, .weight_decay = 0.01f})))
     goto fail;
+  if (distributed && rg_dist_init(ctx, NULL) != RG_OK) goto fail;
   for (int i = 0; i < warm + steps; i++) {
     if (i == warm) rg_stats_get(ctx, &s0);
     double t = now_s();
@@ -175,20 +182,23 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
   qsort(tr, (size_t)steps, sizeof *tr, cmp_d);
   double med = ts[steps / 2];
-  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"input\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,"
-         "\"ms_min\":%.4f,"
-         "\"record_ms_median\":%.4f,\"tflops\":%.3f,\"peak_mib\":%.1f,\"device_mib\":%.1f,"
-         "\"up_bytes_per_step\":%.0f,"
-         "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
-         "\"graph_replays\":%llu,"
-         "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f}\n",
-         w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
-         (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
-         (double)s1.device_peak / 1048576.0,
-         (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
-         (double)(s1.nodes_executed - s0.nodes_executed) / steps,
-         (double)(s1.launches - s0.launches) / steps,
-         (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l);
+  if (rg_dist_rank(ctx) == 0) { /* the other ranks' steps end with its all-reduces */
+    printf("{\"work\":\"%s\",\"mode\":\"%s\",\"input\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,"
+           "\"ms_min\":%.4f,"
+           "\"record_ms_median\":%.4f,\"tflops\":%.3f,\"peak_mib\":%.1f,\"device_mib\":%.1f,"
+           "\"up_bytes_per_step\":%.0f,"
+           "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
+           "\"graph_replays\":%llu,"
+           "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d}\n",
+           w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
+           (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
+           (double)s1.device_peak / 1048576.0,
+           (double)(s1.up.bytes - s0.up.bytes) / steps, (double)(s1.down.bytes - s0.down.bytes) / steps,
+           (double)(s1.nodes_executed - s0.nodes_executed) / steps,
+           (double)(s1.launches - s0.launches) / steps,
+           (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l,
+           rg_dist_world(ctx));
+  }
   fflush(stdout);
   rg_optim_free(opt);
   rg_gpt_free(m.gpt);
@@ -217,12 +227,14 @@ int main(int argc, char **argv) {
       steps = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--upload")) {
       upload = 1;
+    } else if (!strcmp(argv[i], "--distributed")) {
+      distributed = 1;
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
       warm = atoi(argv[++i]);
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
-      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--steps N] [--warm N] "
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--steps N] [--warm N] "
               "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
       return 2;
     }

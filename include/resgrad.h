@@ -88,7 +88,10 @@ typedef struct rg_init { int kind; float a, b; } rg_init;
 /* Options for rg_open. A zero-initialised struct (or NULL) gives the defaults. */
 typedef struct rg_options {
   rg_device device;        /* AUTO: CUDA when a GPU is present, else CPU with a notice */
-  int device_index;        /* which GPU (CUDA only) */
+  int device_index;        /* which GPU (CUDA only). 0, the default, in a process started
+                              as a rank of a data-parallel run (env RG_WORLD_SIZE set, as
+                              resgrad-run does) means the rank's GPU: env RG_LOCAL_RANK
+                              (MISUSE if no such GPU), else RG_RANK modulo the GPUs */
   size_t pass_budget;      /* bytes the pass pool may hold; 0 = unlimited (what there is) */
   size_t persistent_budget;/* bytes the persistent pool may hold; 0 = unlimited */
   int check;               /* 1: run each op as it is recorded, so errors surface at their
@@ -430,22 +433,26 @@ RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
    nothing).
 
    Transport. Rank 0 listens on the rendezvous address ("tcp:HOST:PORT"); every other
-   rank connects to it, retrying until the timeout. The all-reduce goes through rank 0:
-   it adds the ranks' gradients in rank order (rank 0's + rank 1's + ...), divides by the
-   world size and sends the result back, so every rank gets the same bits whatever the
-   timing. This CPU transport is what this version has: a CUDA context of more than one
-   rank gets RG_ERR_UNSUPPORTED from rg_dist_init. The CUDA transport is designed but not
-   written yet (it needs a multi-GPU machine to be validated): one GPU per rank, the NCCL
-   unique id passed over the same rendezvous, each gradient bucket one ncclAllReduce
-   (average) on the step's stream, captured in the step's CUDA graph.
+   rank connects to it, retrying until the timeout. On the CPU the all-reduce goes
+   through rank 0: it adds the ranks' gradients in rank order (rank 0's + rank 1's +
+   ...), divides by the world size and sends the result back, so every rank gets the
+   same bits whatever the timing. On CUDA (a build with NCCL; without it a CUDA context
+   of more than one rank gets RG_ERR_UNSUPPORTED) each rank has its own GPU (see
+   rg_options.device_index: RG_LOCAL_RANK picks it when the context opens, before the
+   parameters exist), rank 0 sends NCCL's unique id over the same rendezvous and every
+   rank joins one NCCL communicator; each gradient bucket is averaged by NCCL (ncclAvg,
+   the same bits on every rank) on the step's stream, captured in the step's CUDA graph
+   like every other node. A CUDA context does this with one rank too, so one GPU runs
+   the whole path; the average of one rank changes no bit. The parameters still go from
+   rank 0 to the others through the host and the rendezvous connections, once.
 
    Buckets. rg_backward groups the gradients into buckets of about bucket_bytes in the
    order they are complete (a parameter's gradient is complete once the rule of every
    node that uses it has been recorded) and records one all-reduce node per bucket as
    soon as it is full, the last partial bucket at the end; every parameter's gradient is
    in exactly one bucket (also one this loss does not reach). On the CPU each bucket runs
-   when the queue reaches it; with NCCL a bucket's communication will overlap the rest
-   of the backward pass. Each rg_backward averages: accumulating two backward passes
+   when the queue reaches it; with NCCL a bucket's communication overlaps the rest of
+   the backward pass on the GPU. Each rg_backward averages: accumulating two backward passes
    before a step gives the average of their sums.
 
    Failures are errors, never hangs: every wait for a peer (connecting, each collective)
@@ -460,6 +467,16 @@ RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
    rg_dist_init with a fresh rendezvous) or rg_close recovers. A rank that lags the
    others by more than the timeout (rank 0 writing a large checkpoint, say) fails them:
    raise the timeout then.
+   On CUDA the GPU cannot tell waiting for a peer from computing, so a drain that holds
+   all-reduces may last at most the timeout (raise it for steps that take longer); a
+   peer whose connection closed cuts that to 5 s, after which the NCCL communicator is
+   aborted (its waiting kernels stop) and the message names that rank. A step that fails
+   on one rank only (an op's fault, such as a target out of range) still runs its
+   all-reduces, which also tell every rank that one failed: the others' drains fail too
+   with RG_ERR_FAILED naming that rank, no rank applies the step's update (weights stay
+   equal everywhere) and, after rg_clear_error and rg_zero_grad, training can go on. A
+   node that could not even be launched before an all-reduce (its peers would wait for
+   it forever) closes this rank's communicator and connections as above.
 
    Every rank must record the same gradients in the same order: the same model, built
    before rg_dist_init (a parameter made later is averaged but not copied from rank 0),
@@ -470,7 +487,8 @@ RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
    data). */
 
 /* Options for rg_dist_init; a zero-initialised struct (or NULL) takes everything from the
-   environment, which is what resgrad-run sets. */
+   environment, which is what resgrad-run sets (RG_LOCAL_RANK too, which rg_open reads
+   to choose a CUDA context's GPU: see rg_options.device_index). */
 typedef struct rg_dist_options {
   int world_size;         /* ranks in all, >= 1; 0: rank and world size from env RG_RANK
                              and RG_WORLD_SIZE (both must be set, integers) */
@@ -488,17 +506,21 @@ typedef struct rg_dist_options {
    connects to rank 0), checks that every rank built the same model and copies rank 0's
    parameters to every other rank. Call it after the model's parameters exist (MISUSE
    otherwise) and before training; it is a barrier (it waits for every rank). A world of
-   one rank needs no rendezvous, connects nothing and changes no result. Errors:
+   one rank needs no rendezvous, connects nothing and changes no result (on CUDA with
+   NCCL it makes a one-rank communicator and records the all-reduces). Errors:
    RG_ERR_MISUSE for a missing or bad setting (naming the variable or field), a second
    call without rg_dist_close, a model that differs between ranks; RG_ERR_UNSUPPORTED
-   for a CUDA context of more than one rank; RG_ERR_IO when rank 0 cannot listen on the
-   address, a rank does not arrive within the timeout, or a connection fails. On error
-   the context is left as it was (not distributed) with every connection closed.
-   Parameter bytes are counted as rg_read on rank 0 and rg_write on the others. */
+   for a CUDA context of more than one rank in a build without NCCL; RG_ERR_IO when rank
+   0 cannot listen on the address, a rank does not arrive within the timeout, a
+   connection fails or NCCL cannot set up its communicator (two ranks on one GPU, say).
+   On error the context is left as it was (not distributed) with every connection
+   closed. Parameter bytes are counted as rg_read on rank 0 and rg_write on the others. */
 RG_API rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt);
-/* Barrier (so queued all-reduces run), then closes this rank's connections; ctx is a
-   context of its own again. Returns the drain's status. A context that is not
-   distributed, or NULL, is fine (RG_OK). rg_close does it too. */
+/* Barrier (so queued all-reduces run), then closes this rank's connections (and NCCL
+   communicator, waiting at most the timeout for the peers to do the same, else aborting
+   it with RG_ERR_IO); ctx is a context of its own again. Returns the drain's status,
+   else the close's. A context that is not distributed, or NULL, is fine (RG_OK).
+   rg_close does it too. */
 RG_API rg_status rg_dist_close(rg_ctx *ctx);
 /* This context's rank and the number of ranks: 0 and 1 when it is not distributed (or
    NULL). Not barriers. */

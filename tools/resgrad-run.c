@@ -5,7 +5,8 @@
  *
  * Forks N copies of PROGRAM, each with RG_RANK (0..N-1), RG_LOCAL_RANK (the same, on one
  * machine), RG_WORLD_SIZE=N and RG_RENDEZVOUS=tcp:127.0.0.1:PORT in its environment (and
- * RG_DIST_TIMEOUT with --timeout), which is what rg_dist_init(ctx, NULL) reads. The
+ * RG_DIST_TIMEOUT with --timeout), which is what rg_dist_init(ctx, NULL) reads (and a
+ * CUDA context, opened with the default device_index, takes GPU RG_LOCAL_RANK). The
  * children's output passes through untouched. It waits for all of them; when one fails
  * (exits non-zero or is killed by a signal) it gives the others --grace seconds to end
  * by themselves (they normally do at once, finding the failed rank gone), then sends
@@ -57,9 +58,10 @@ static void usage(FILE *f) {
           "usage: " PROG " -n N [--port P] [--timeout S] [--grace S] -- PROGRAM [ARGS...]\n\n"
           "Runs N copies of PROGRAM as the ranks of a data-parallel resgrad run on this\n"
           "machine. Rank r gets RG_RANK=r, RG_LOCAL_RANK=r, RG_WORLD_SIZE=N and\n"
-          "RG_RENDEZVOUS=tcp:127.0.0.1:PORT, which rg_dist_init reads. Output passes\n"
-          "through unchanged. If a rank fails, the others are stopped and " PROG " exits\n"
-          "with that rank's status after one line naming it.\n\noptions:\n"
+          "RG_RENDEZVOUS=tcp:127.0.0.1:PORT, which rg_dist_init reads; on GPUs rank r\n"
+          "uses GPU r. Output passes through unchanged. If a rank fails, the others are\n"
+          "stopped and " PROG " exits with that rank's status after one line naming it.\n"
+          "\noptions:\n"
           "  -n N          ranks to start (1..%d)\n"
           "  --port P      rank 0 listens on 127.0.0.1:P (default: a free port)\n"
           "  --timeout S   RG_DIST_TIMEOUT for the ranks: seconds any wait for a peer may\n"
@@ -68,7 +70,8 @@ static void usage(FILE *f) {
           "                failed, before SIGTERM (default 3)\n"
           "  --help        print this help and exit\n\n"
           "example:\n"
-          "  " PROG " -n 2 -- resgrad-train --distributed --device cpu --batch 16\n\n"
+          "  " PROG " -n 2 -- resgrad-train --distributed --device cpu --batch 16\n"
+          "  " PROG " -n 2 -- resgrad-train --distributed --device cuda\n\n"
           "exit status: 0 all ranks succeeded; else the first failed rank's exit status\n"
           "(128 + signal if it was killed); 2 usage error; 1 a rank could not start\n",
           MAX_RANKS);

@@ -161,8 +161,9 @@ static const opt_row OPTS[] = {
       "write the training and held-out loss curves as SVG"),
   ROW("distributed", "", "", OPT_FLAG, distributed, 0, 0,
       "one rank of a data-parallel run started by resgrad-run (which sets RG_RANK, "
-      "RG_WORLD_SIZE, RG_RENDEZVOUS): each rank trains on its own --batch sequences of "
-      "each step; rank 0 alone prints, plots and saves (CPU only for now)"),
+      "RG_LOCAL_RANK, RG_WORLD_SIZE, RG_RENDEZVOUS): each rank trains on its own --batch "
+      "sequences of each step; rank 0 alone prints, plots and saves. On GPUs each rank "
+      "takes GPU RG_LOCAL_RANK and the gradients are averaged with NCCL"),
   ROW("help", "", "", OPT_FLAG, help, 0, 0, "print this help and exit"),
 };
 #undef ROW
@@ -258,6 +259,7 @@ static void print_help(FILE *f) {
              "  " PROG " --resume a.st        finishes that run: steps 1500..3000\n"
              "  " PROG " --text book.txt --steps 2000 --sample 500 --plot loss.svg\n"
              "  resgrad-run -n 2 -- " PROG " --distributed --device cpu --batch 16\n"
+             "  resgrad-run -n 2 -- " PROG " --distributed --device cuda   one rank per GPU\n"
              "\nexit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted\n");
 }
 
@@ -1380,7 +1382,8 @@ static int join_ranks(run *r) {
     snprintf(g_who, sizeof g_who, PROG " (rank %d of %d)", r->rank, r->world);
   if (st != RG_OK)
     return rg_fail(r->ctx, st, st == RG_ERR_UNSUPPORTED
-                                   ? "--distributed (add --device cpu)" : "--distributed");
+                                   ? "--distributed (rebuild with NCCL, or add --device cpu)"
+                                   : "--distributed");
   if (r->rank) signal(SIGINT, SIG_IGN);
   return 0;
 }

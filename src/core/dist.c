@@ -9,6 +9,13 @@
  * gradients in rank order into rank 0's, divides by the world size and sends rank 0's
  * bytes to everyone.
  *
+ * A backend that moves the gradients itself (CUDA: NCCL, rg_backend.dist_open) uses the
+ * same rendezvous: rank 0 makes the group's name (NCCL's unique id) and sends it to the
+ * others, every rank joins the group, and the ALLREDUCE nodes are the backend's. The
+ * connections then carry nothing more but stay open: while the backend waits for a step
+ * it asks rg__dist_lost whether a peer's connection closed, which is how a rank that
+ * died is seen (and named) without waiting for the whole timeout.
+ *
  * Invariants:
  *  - Sockets are non-blocking and every wait is a poll() bounded by the timeout; a closed
  *    or reset connection is an error at once; sends never raise SIGPIPE.
@@ -48,10 +55,14 @@
 #define MAGIC 0x3164677273657200ull /* "\0resgd1" */
 #define CHUNK 16384                 /* floats rank 0 receives and adds at a time */
 
-enum { M_HELLO = 1, M_ACK, M_REDUCE, M_RESULT };
+enum { M_HELLO = 1, M_ACK, M_REDUCE, M_RESULT, M_GROUP };
+#define DEV_AVG (1ull << 62)
 /* Every message starts with one (the ranks run one build on one architecture).
-   HELLO: a rank, b world, c parameters, d fingerprint of their names, dtypes, shapes.
-   ACK: a world. REDUCE (to rank 0) and RESULT (from it): a sequence number, b bytes. */
+   HELLO: a rank, b world, c parameters (| DEV_AVG when the backend averages, so ranks
+   on different kinds of device are told apart), d fingerprint of their names, dtypes,
+   shapes.
+   ACK: a world. REDUCE (to rank 0) and RESULT (from it): a sequence number, b bytes.
+   GROUP (from rank 0, then RG_DIST_ID bytes): b = RG_DIST_ID. */
 typedef struct hdr { uint64_t magic, kind, a, b, c, d; } hdr;
 
 typedef struct rg_dist {
@@ -61,6 +72,7 @@ typedef struct rg_dist {
   size_t bucket_bytes;
   int *fd;              /* [world]: the connection to rank r, -1 if none */
   uint64_t seq;         /* all-reduces run so far */
+  bool dev;             /* the backend averages the gradients (rg_backend.dist_open) */
   rg_status broken;     /* the first transport failure; RG_OK while none */
   char why[768];        /* its message */
   /* rg_backward's buckets: see rg__dist_plan */
@@ -91,33 +103,74 @@ static void hang_up(rg_dist *d) {
     if (d->fd[r] >= 0) close(d->fd[r]), d->fd[r] = -1;
 }
 
-static void free_dist(rg_ctx *ctx, rg_dist *d) {
-  if (!d) return;
+/* Leaves the backend's group (if it joined one; at once with abort or after a failure,
+   else with the peers) and closes the connections. */
+static rg_status free_dist(rg_ctx *ctx, rg_dist *d, bool abort) {
+  rg_status st = RG_OK;
+  if (!d) return st;
+  if (d->dev) {
+    char msg[512] = "";
+    st = ctx->be->dist_close(ctx, abort || d->broken != RG_OK, msg, sizeof msg);
+    if (st != RG_OK) rg__fail(ctx, st, "rg_dist_close", "%s", msg);
+  }
   if (d->fd) hang_up(d);
   rg__free(ctx, d->fd);
   rg__free(ctx, d->first);
   rg__free(ctx, d->order);
   rg__free(ctx, d->cur);
   rg__free(ctx, d);
+  return st;
 }
 
 /* Writes "rank R of W: <fmt>" to msg, keeps it as the failure every later collective
    reports (the first one only) and closes every connection. Returns st. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 5, 6)))
-#endif
-static rg_status broke(rg_dist *d, rg_status st, char *msg, size_t cap, const char *fmt, ...) {
+static rg_status vbroke(rg_dist *d, rg_status st, char *msg, size_t cap, const char *fmt,
+                        va_list ap) {
   int n = snprintf(msg, cap, "rank %d of %d: ", d->rank, d->world);
-  va_list ap;
-  va_start(ap, fmt);
   if (n >= 0 && (size_t)n < cap) vsnprintf(msg + n, cap - (size_t)n, fmt, ap);
-  va_end(ap);
   if (d->broken == RG_OK) {
     d->broken = st;
     snprintf(d->why, sizeof d->why, "%s", msg);
   }
   hang_up(d);
   return st;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+static rg_status broke(rg_dist *d, rg_status st, char *msg, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = vbroke(d, st, msg, cap, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+rg_status rg__dist_fail(rg_ctx *ctx, rg_status st, char *msg, size_t cap, const char *fmt,
+                        ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (ctx->dist) {
+    st = vbroke(ctx->dist, st, msg, cap, fmt, ap);
+  } else {
+    vsnprintf(msg, cap, fmt, ap);
+  }
+  va_end(ap);
+  return st;
+}
+
+int rg__dist_lost(rg_ctx *ctx) {
+  rg_dist *d = ctx->dist;
+  for (int r = 0; d && r < d->world; r++) {
+    struct pollfd pf = {d->fd[r], POLLIN, 0};
+    char c;
+    if (pf.fd < 0 || poll(&pf, 1, 0) <= 0) continue;
+    ssize_t k = recv(pf.fd, &c, 1, MSG_PEEK);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      return r; /* end of file or reset; nothing else is ever sent once the group exists */
+  }
+  return -1;
 }
 
 /* Non-blocking, closed on exec, no Nagle delay (a header is sent before its data). */
@@ -274,12 +327,18 @@ static rg_status gather(rg_dist *d, const char *host, const char *port, const hd
       } else {
         d->fd[h.a] = c;
         have++;
-        if (h.c != mine->c || h.d != mine->d)
+        if ((h.c ^ mine->c) & DEV_AVG)
+          st = broke(d, RG_ERR_MISUSE, msg, cap, "rank %llu runs on %s, rank 0 on %s: "
+                     "open every rank's context on the same kind of device",
+                     (unsigned long long)h.a, h.c & DEV_AVG ? "GPUs" : "the CPU",
+                     mine->c & DEV_AVG ? "GPUs" : "the CPU");
+        else if (h.c != mine->c || h.d != mine->d)
           st = broke(d, RG_ERR_MISUSE, msg, cap, "rank %llu built another model (%llu "
                      "parameters, or other names, dtypes or shapes) than rank 0 (%llu "
                      "parameters): every rank must build the same model before "
-                     "rg_dist_init", (unsigned long long)h.a, (unsigned long long)h.c,
-                     (unsigned long long)mine->c);
+                     "rg_dist_init", (unsigned long long)h.a,
+                     (unsigned long long)(h.c & ~DEV_AVG),
+                     (unsigned long long)(mine->c & ~DEV_AVG));
       }
     } else if (r < 0 ? errno != EINTR
                      : errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
@@ -396,6 +455,34 @@ static rg_status share_params(rg_ctx *ctx, rg_dist *d, char *msg, size_t cap) {
   return st;
 }
 
+/* The backend's group: rank 0 names it and sends the name to every other rank (after the
+   rendezvous, so every rank is there), then each joins. A failure hangs up, so the peers
+   fail at once rather than at the backend's timeout. */
+static rg_status open_group(rg_ctx *ctx, rg_dist *d, char *msg, size_t cap) {
+  unsigned char id[RG_DIST_ID];
+  hdr h = {MAGIC, M_GROUP, 0, RG_DIST_ID, 0, 0}, got;
+  rg_status st = RG_OK;
+  if (d->rank == 0) {
+    char why[512] = "";
+    st = ctx->be->dist_id(ctx, id, why, sizeof why);
+    if (st != RG_OK) return broke(d, st, msg, cap, "%s", why);
+    for (int r = 1; st == RG_OK && r < d->world; r++) {
+      st = xfer(d, r, &h, sizeof h, true, "sending the GPU group's id", msg, cap);
+      if (st == RG_OK) st = xfer(d, r, id, sizeof id, true, "sending the id", msg, cap);
+    }
+  } else {
+    st = xfer(d, 0, &got, sizeof got, false, "waiting for the GPU group's id", msg, cap);
+    if (st == RG_OK) st = check_hdr(d, 0, &got, &h, "joining the GPU group", msg, cap);
+    if (st == RG_OK) st = xfer(d, 0, id, sizeof id, false, "receiving the id", msg, cap);
+  }
+  if (st != RG_OK) return st;
+  char why[512] = "";
+  st = ctx->be->dist_open(ctx, d->rank, d->world, id, d->timeout, why, sizeof why);
+  if (st != RG_OK) return broke(d, st, msg, cap, "%s", why);
+  d->dev = true;
+  return RG_OK;
+}
+
 /* ---- settings ------------------------------------------------------------------------- */
 
 typedef struct settings {
@@ -489,11 +576,13 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
   settings s;
   rg_status st = settings_of(ctx, &o, &s);
   if (st != RG_OK) return st;
-  if (s.world > 1 && ctx->be != &rg_cpu_backend)
-    return rg__fail(ctx, RG_ERR_UNSUPPORTED, CALL, "%d ranks on %s: this version averages "
-                    "gradients between CPU contexts only (over TCP); the CUDA transport "
-                    "(NCCL, one GPU per rank) is not written yet. Open the contexts with "
-                    "RG_DEVICE_CPU, or run one rank", s.world, ctx->devname);
+  if (s.world > 1 && ctx->be != &rg_cpu_backend && !ctx->be->dist_open)
+    return rg__fail(ctx, RG_ERR_UNSUPPORTED, CALL, "%d ranks on %s: this build of resgrad "
+                    "has no NCCL, which GPU contexts need to average gradients across "
+                    "processes. Install NCCL next to the CUDA toolkit (Debian/Ubuntu: "
+                    "libnccl-dev), reconfigure (the CMake summary's NCCL line must say "
+                    "found; RG_NCCL_ROOT points at another place) and rebuild; or open the "
+                    "contexts with RG_DEVICE_CPU, or run one rank", s.world, ctx->devname);
   st = rg__drain(ctx, RG_DRAIN_SYNC);
   if (st != RG_OK) return st;
   rg_dist *d = rg__calloc(ctx, 1, sizeof *d);
@@ -511,15 +600,18 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
   d->bucket_bytes = o.bucket_bytes ? o.bucket_bytes : DEFAULT_BUCKET;
   char msg[768] = "";
   if (s.world > 1) {
-    hdr mine = {MAGIC, M_HELLO, (uint64_t)s.rank, (uint64_t)s.world, (uint64_t)ctx->nparams,
-                fingerprint(ctx)};
+    hdr mine = {MAGIC, M_HELLO, (uint64_t)s.rank, (uint64_t)s.world,
+                (uint64_t)ctx->nparams | (ctx->be->dist_open ? DEV_AVG : 0), fingerprint(ctx)};
     st = s.rank == 0 ? gather(d, s.host, s.port, &mine, msg, sizeof msg)
                      : join(d, s.host, s.port, &mine, msg, sizeof msg);
-    if (st == RG_OK) st = share_params(ctx, d, msg, sizeof msg);
   }
+  /* A backend that averages itself does it with any number of ranks, one included, so
+     one GPU runs the whole path (with one rank the average changes no bit). */
+  if (st == RG_OK && ctx->be->dist_open) st = open_group(ctx, d, msg, sizeof msg);
+  if (st == RG_OK && s.world > 1) st = share_params(ctx, d, msg, sizeof msg);
   if (st != RG_OK) {
     if (*msg) rg__fail(ctx, st, CALL, "%s", msg);
-    free_dist(ctx, d);
+    (void)free_dist(ctx, d, true); /* the peers fail their rg_dist_init too */
     return st;
   }
   ctx->dist = d;
@@ -529,12 +621,13 @@ rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
 rg_status rg_dist_close(rg_ctx *ctx) {
   if (!ctx || !ctx->dist) return RG_OK;
   rg_status st = rg__drain(ctx, RG_DRAIN_SYNC);
-  rg__dist_free(ctx);
-  return st;
+  rg_status cl = free_dist(ctx, ctx->dist, false);
+  ctx->dist = NULL;
+  return st != RG_OK ? st : cl;
 }
 
 void rg__dist_free(rg_ctx *ctx) {
-  free_dist(ctx, ctx->dist);
+  (void)free_dist(ctx, ctx->dist, false);
   ctx->dist = NULL;
 }
 
@@ -549,7 +642,9 @@ int rg_dist_world(const rg_ctx *ctx) { return ctx && ctx->dist ? ctx->dist->worl
    past node k. The order depends only on the recorded work, so every rank makes the
    same buckets. */
 
-bool rg__dist_on(const rg_ctx *ctx) { return ctx->dist && ctx->dist->world > 1; }
+bool rg__dist_on(const rg_ctx *ctx) {
+  return ctx->dist && (ctx->dist->world > 1 || ctx->dist->dev);
+}
 
 static int param_of(rg_ctx *ctx, uint32_t ref) {
   if (!ref || !(ref >> 31)) return -1;

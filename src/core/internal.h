@@ -23,8 +23,11 @@
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
-   given back to the pass pool by rg_backward (an internal gradient temporary). */
-enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16 };
+   given back to the pass pool by rg_backward (an internal gradient temporary); a
+   gradient whose all-reduce a backend may still be running beside the drain's other
+   work (CUDA: on its communication stream; set and cleared within one drain). */
+enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
+       RG_T_COMM = 32 };
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {
@@ -146,7 +149,18 @@ typedef struct rg_backend {
   rg_status (*execute)(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
                        rg_status *soft, char *msg, size_t msgcap, rg_readback *rb);
   rg_status (*sync)(rg_ctx *ctx);
+  /* Distributed training where the backend moves the gradients itself (CUDA: NCCL);
+     NULL where the core's host transport does (dist.c, CPU) or there is none. dist_id
+     (rank 0) makes the RG_DIST_ID bytes that name a new group, which dist.c sends to the
+     other ranks; dist_open joins the group as rank of world within timeout seconds;
+     dist_close leaves it (abort: at once, without waiting for the peers, after a
+     failure). On failure they write why to msg. */
+  rg_status (*dist_id)(rg_ctx *ctx, void *id, char *msg, size_t msgcap);
+  rg_status (*dist_open)(rg_ctx *ctx, int rank, int world, const void *id, double timeout,
+                         char *msg, size_t msgcap);
+  rg_status (*dist_close)(rg_ctx *ctx, bool abort, char *msg, size_t msgcap);
 } rg_backend;
+#define RG_DIST_ID 128 /* bytes of a group's name (NCCL's unique id) */
 
 extern const rg_backend rg_cpu_backend;
 extern const rg_backend rg_cuda_backend; /* the stub answers RG_ERR_UNSUPPORTED */
@@ -251,7 +265,8 @@ extern const rg_opinfo rg_optab[RG_OP_COUNT];
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
 
 /* --- distributed training (dist.c) --- */
-/* rg_backward's hooks, called only when there is more than one rank (rg__dist_on):
+/* rg_backward's hooks, called only when gradients are averaged (rg__dist_on: more than
+   one rank, or any number where the backend moves them itself):
    plan before the walk over nodes [0, end); reached at the top of the walk's step for
    node k (every later node's rule is recorded, so the gradients they completed may be
    bucketed); flush after the walk (the last bucket, and the parameters it never
@@ -264,6 +279,18 @@ rg_status rg__dist_flush(rg_ctx *ctx);
    list's tensors over the ranks in place. On failure writes why to msg. */
 rg_status rg__dist_allreduce_host(rg_ctx *ctx, const rg_list *l, char *msg, size_t msgcap);
 void rg__dist_free(rg_ctx *ctx); /* closes the connections without a barrier (rg_close) */
+/* For a backend that moves the gradients itself, while it waits for a step: the rank of
+   a peer whose connection closed (it exited or failed), or -1; never blocks. */
+int rg__dist_lost(rg_ctx *ctx);
+/* Writes "rank R of W: <fmt>" to msg, keeps it as the transport's failure (every later
+   rg_backward fails with it) and closes every connection, so the peers fail at once.
+   Returns st. */
+rg_status rg__dist_fail(rg_ctx *ctx, rg_status st, char *msg, size_t msgcap, const char *fmt,
+                        ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
 
 /* --- arenas --- */
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);

@@ -78,6 +78,7 @@ static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const 
 #define RG_CUDA_CHECK(ctx, call) cuda_check((ctx), (call), #call, __FILE__, __LINE__)
 
 static rg_cuda_state *state(rg_ctx *ctx) { return (rg_cuda_state *)ctx->be_state; }
+rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx) { return &state(ctx)->L; }
 
 extern "C" int rg_cuda_available(void) {
   int n = 0;
@@ -90,6 +91,32 @@ extern "C" int rg_cuda_available(void) {
 
 static void cuda_close(rg_ctx *ctx);
 
+/* The GPU a context opens: device_index; or, when that is 0 (the default) in a process
+   started as one rank of a data-parallel run (RG_WORLD_SIZE set, as resgrad-run does),
+   the rank's own: RG_LOCAL_RANK, else RG_RANK modulo the GPUs. The choice is made here
+   because every allocation of the context (parameters included, which exist before
+   rg_dist_init) lands on it. -1 after failing with a message. */
+static int pick_device(rg_ctx *ctx, int n) {
+  const char *world = getenv("RG_WORLD_SIZE"), *lr = getenv("RG_LOCAL_RANK");
+  const char *rk = getenv("RG_RANK"), *v = lr && *lr ? lr : rk;
+  if (ctx->opt.device_index != 0 || !world || !*world || !v || !*v) {
+    if (ctx->opt.device_index >= 0 && ctx->opt.device_index < n) return ctx->opt.device_index;
+    rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "device_index %d is outside [0, %d)",
+             ctx->opt.device_index, n);
+    return -1;
+  }
+  char *end = NULL;
+  long r = strtol(v, &end, 10);
+  if (*end || r < 0 || (v == lr && r >= n)) {
+    rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "%s=\"%.40s\" %s: each rank of a machine needs "
+             "its own GPU; start at most %d ranks per machine (resgrad-run -n), or choose "
+             "the GPUs with CUDA_VISIBLE_DEVICES", v == lr ? "RG_LOCAL_RANK" : "RG_RANK", v,
+             *end || r < 0 ? "is not a rank" : "names no GPU here", n);
+    return -1;
+  }
+  return (int)(r % n);
+}
+
 static rg_status cuda_open(rg_ctx *ctx) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -98,14 +125,14 @@ static rg_status cuda_open(rg_ctx *ctx) {
                     "CUDA GPU is usable here; use RG_DEVICE_AUTO (falls back to the CPU) or "
                     "RG_DEVICE_CPU");
   }
-  if (ctx->opt.device_index < 0 || ctx->opt.device_index >= n)
-    return rg__fail(ctx, RG_ERR_MISUSE, "rg_open", "device_index %d is outside [0, %d)",
-                    ctx->opt.device_index, n);
+  int dev = pick_device(ctx, n);
+  if (dev < 0) return RG_ERR_MISUSE;
   rg_cuda_state *s = (rg_cuda_state *)rg__calloc(ctx, 1, sizeof *s);
   if (!s) return rg__fail(ctx, RG_ERR_OOM, "rg_open", "out of host memory");
   ctx->be_state = s;
-  s->dev = ctx->opt.device_index;
+  s->dev = dev;
   rg_cuda_launch *L = &s->L;
+  L->dev = dev;
   cudaDeviceProp p;
   rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, s->dev));
@@ -147,6 +174,11 @@ static void drop_entry(rg_ctx *ctx, gentry *e) {
   memset(e, 0, sizeof *e);
 }
 
+void rg_cuda_drop_graphs(rg_ctx *ctx) {
+  rg_cuda_state *s = state(ctx);
+  for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
+}
+
 /* The RG_PROFILE table: device time per op, the most expensive first. */
 static void prof_print(rg_cuda_state *s) {
   double total = 0;
@@ -174,9 +206,13 @@ static void cuda_close(rg_ctx *ctx) {
   if (!s) return;
   rg_cuda_launch *L = &s->L;
   if (s->prof && s->prof_drains) prof_print(s);
+  if (L->comm) { /* rg_close left the group first; this is for a failed rg_open */
+    char msg[256];
+    (void)rg_cuda_dist_close(ctx, true, msg, sizeof msg);
+  }
   for (size_t i = 0; i < s->nev; i++) cudaEventDestroy(s->ev[i]);
   rg__free(ctx, s->ev);
-  for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
+  rg_cuda_drop_graphs(ctx);
   drop_entry(ctx, &s->last);
   rg__free(ctx, s->cur);
   if (L->stream) cudaStreamSynchronize(L->stream);
@@ -273,6 +309,13 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
              e.limit == 0 ? "NaN" : e.limit > 0 ? "+Inf" : "-Inf");
     return RG_ERR_NONFINITE;
   }
+  if (e.code == RG_CUDA_E_PEER) {
+    snprintf(msg, cap, "rank %lld failed earlier in this step (its own error says where and "
+             "why), and its gradients are in this average: every rank skips the step's "
+             "updates, so the weights stay those of the last complete step, equal on every "
+             "rank. Fix the cause on that rank", e.value);
+    return RG_ERR_FAILED;
+  }
   if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);
@@ -330,6 +373,9 @@ static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
   g->aux = n->aux;
   if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP) {
     g->aux_hash = list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull);
+  } else if (n->op == RG_OP_ALLREDUCE) { /* the graph names the communicator too */
+    g->aux_hash = mix(list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull),
+                      state(ctx)->L.comm_epoch);
   } else if (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) {
     const rg_optim *o = (const rg_optim *)n->aux;
     uint64_t h = list_hash(ctx, &o->params, 1469598103934665603ull);
@@ -394,12 +440,52 @@ static gentry *victim(rg_ctx *ctx, rg_cuda_state *s) {
   return v;
 }
 
+cudaError_t rg_cuda_join(rg_ctx *ctx, size_t first, size_t upto) {
+  rg_cuda_launch *L = &state(ctx)->L;
+  if (!L->inflight) return cudaSuccess;
+  L->inflight = false;
+  for (size_t i = first; i < upto; i++) {
+    const rg_node *n = &ctx->nodes[i];
+    const rg_list *l = (const rg_list *)n->aux;
+    for (int j = 0; n->op == RG_OP_ALLREDUCE && j < l->n; j++)
+      rg__t(ctx, l->ref[j])->flags &= (uint8_t)~RG_T_COMM;
+  }
+  return cudaStreamWaitEvent(L->stream, L->done, 0);
+}
+
+/* A failed join as the failure of node i of a drain. */
+static rg_status join_failed(cudaError_t e, size_t i, size_t *failed, char *msg, size_t cap) {
+  (void)cudaGetLastError();
+  *failed = i;
+  snprintf(msg, cap, "cudaStreamWaitEvent (for the gradient all-reduces) failed: %s",
+           cudaGetErrorString(e));
+  return RG_ERR_DEVICE;
+}
+
+/* Must node n wait for the all-reduces in flight? Yes if it touches one of their
+   gradients: as an operand (a later backward never does: a bucket is recorded once its
+   gradients are complete), or through a list (clipping, the optimizers, zero_grad).
+   Other nodes, the rest of the backward pass, run beside them. */
+static bool needs_join(rg_ctx *ctx, const rg_node *n) {
+  if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP || n->op == RG_OP_ADAMW ||
+      n->op == RG_OP_SGD)
+    return true;
+  for (int j = 0; j < n->nin + n->nout; j++) {
+    uint32_t ref = j < n->nin ? n->in[j] : n->out[j - n->nin];
+    if (ref && (rg__t(ctx, ref)->flags & RG_T_COMM)) return true;
+  }
+  return false;
+}
+
 static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
                             size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   rg_kargs k;
   for (size_t i = first; i < last; i++) {
     const rg_node *n = &ctx->nodes[i];
+    cudaError_t je = s->L.inflight && needs_join(ctx, n) ? rg_cuda_join(ctx, first, i)
+                                                        : cudaSuccess;
+    if (je != cudaSuccess) return join_failed(je, i, failed, msg, msgcap);
     memset(&k, 0, sizeof k);
     k.ctx = ctx;
     k.node = n;
@@ -417,10 +503,13 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
     if (st == RG_OK && ctx->opt.check_finite) st = rg_cuda_check_finite(&k);
     if (st != RG_OK) {
       *failed = i;
+      (void)rg_cuda_join(ctx, first, i + 1); /* what was launched ends on the stream */
       return st;
     }
   }
-  return RG_OK;
+  /* The drain's end (its synchronisation, a capture's end) covers the all-reduces. */
+  cudaError_t je = rg_cuda_join(ctx, first, last);
+  return je == cudaSuccess ? RG_OK : join_failed(je, last - 1, failed, msg, msgcap);
 }
 
 /* Runs [first, last): replays the cached graph of an identical earlier drain, captures
@@ -509,6 +598,12 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   rg_cuda_state *s = state(ctx);
   rg_status st = run_queue(ctx, first, last, failed, msg, msgcap);
   if (st != RG_OK) {
+    if (s->L.comm) /* (a capture that could not begin names no node: all are unissued) */
+      rg_cuda_dist_unissued(ctx, *failed < last ? *failed : first, last, msg, msgcap);
+    if (s->L.comm) { /* all-reduces it did launch wait for peers: as long as they may */
+      char why[512];
+      (void)rg_cuda_dist_wait(ctx, why, sizeof why); /* a failure there breaks the transport */
+    }
     (void)cudaStreamSynchronize(s->L.stream); /* what was launched finishes first */
     (void)cudaGetLastError();
     return st;
@@ -520,6 +615,17 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
   cudaError_t e = rb ? cudaMemcpyAsync(small ? s->bounce : rb->dst, rb->src, rb->bytes,
                                        cudaMemcpyDeviceToHost, s->L.stream)
                      : cudaSuccess;
+  /* A drain whose all-reduces wait for peers waits only as long as the peers may take. */
+  bool peers = false;
+  for (size_t i = first; s->L.comm && !peers && i < last; i++)
+    peers = ctx->nodes[i].op == RG_OP_ALLREDUCE;
+  if (peers && e == cudaSuccess && e0 == cudaSuccess) {
+    st = rg_cuda_dist_wait(ctx, msg, msgcap);
+    if (st != RG_OK) {
+      for (*failed = first; ctx->nodes[*failed].op != RG_OP_ALLREDUCE;) ++*failed;
+      return st;
+    }
+  }
   cudaError_t e2 = cudaStreamSynchronize(s->L.stream);
   if (e == cudaSuccess) e = e0;
   if (e == cudaSuccess) e = e2;
@@ -563,4 +669,13 @@ extern "C" const rg_backend rg_cuda_backend = {
     cuda_zero,
     cuda_execute,
     cuda_sync,
+#ifdef RG_HAVE_NCCL
+    rg_cuda_dist_id,
+    rg_cuda_dist_open,
+    rg_cuda_dist_close,
+#else
+    NULL, /* no NCCL: rg_dist_init refuses a CUDA context of more than one rank */
+    NULL,
+    NULL,
+#endif
 };

@@ -32,7 +32,12 @@ typedef struct rg_cuda_err {
   int node;       /* index of the failing node within its drain */
   long long value, pos, limit;
 } rg_cuda_err;
-enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3 };
+/* RG_CUDA_E_PEER: another rank raised a fault in this step (value = its rank), seen by
+   an all-reduce (nccl.cu), so every rank skips the step's in-place updates alike.
+   RG_CUDA_E_ABORT: written by the host when it aborts a step's all-reduces (nccl.cu), so
+   the updates queued after them skip; cleared again before the next drain. */
+enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CUDA_E_PEER = 4,
+       RG_CUDA_E_ABORT = 5 };
 
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
@@ -44,7 +49,50 @@ typedef struct rg_cuda_launch {
   void *lt_ws;          /* cuBLASLt workspace */
   size_t lt_ws_bytes;
   int sms;              /* multiprocessors, to size grids */
+  int dev;              /* the context's GPU */
+  /* Distributed training (nccl.cu): the NCCL communicator of rg_dist_init (NULL when
+     there is none, or after a failure aborted it), this rank, the seconds a wait for
+     the peers may last, a device int the all-reduces pass the fault flag through, and
+     how many communicators this context has made (part of an ALLREDUCE's signature, so
+     a graph that names an earlier one is never replayed). */
+  void *comm;
+  int rank;
+  double timeout;
+  int *flag;
+  uint64_t comm_epoch;
+  /* The all-reduces run on their own stream so that they overlap the rest of the
+     backward pass: each waits for ready (recorded on stream when its bucket is
+     complete) and records done; inflight says done has not been joined back into
+     stream yet (rg_cuda_join), and the gradients concerned carry RG_T_COMM. */
+  cudaStream_t comm_stream;
+  cudaEvent_t ready, done;
+  bool inflight;
 } rg_cuda_launch;
+
+/* Makes the context's stream wait for every all-reduce launched so far in the drain of
+   nodes [first, upto) and clears their gradients' RG_T_COMM (backend.cu). Nothing to do
+   when none is in flight. */
+cudaError_t rg_cuda_join(rg_ctx *ctx, size_t first, size_t upto);
+
+/* The launch state of a CUDA context (backend.cu). */
+rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx);
+/* Destroys every cached graph (backend.cu): before a communicator is closed, since NCCL
+   keeps a communicator's resources while a graph that captured its calls exists. */
+void rg_cuda_drop_graphs(rg_ctx *ctx);
+
+/* NCCL (nccl.cu), the backend's dist_* members where the build has NCCL. */
+rg_status rg_cuda_dist_id(rg_ctx *ctx, void *id, char *msg, size_t cap);
+rg_status rg_cuda_dist_open(rg_ctx *ctx, int rank, int world, const void *id, double timeout,
+                            char *msg, size_t cap);
+rg_status rg_cuda_dist_close(rg_ctx *ctx, bool abort, char *msg, size_t cap);
+/* Waits for the stream of a drain that holds all-reduces: at most the timeout, less when
+   a peer's connection closes; on failure aborts the communicator, breaks the transport
+   (rg__dist_fail) and writes why to msg. */
+rg_status rg_cuda_dist_wait(rg_ctx *ctx, char *msg, size_t cap);
+/* After a drain failed to launch node `failed` of [first, last): if an all-reduce at or
+   after it was not issued, the peers would wait for it forever, so the communicator is
+   aborted and the transport broken (they fail at once); msg gets a note saying so. */
+void rg_cuda_dist_unissued(rg_ctx *ctx, size_t failed, size_t last, char *msg, size_t cap);
 
 /* The launch context of the node being run (set by the backend before each launcher). */
 static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch *)k->be; }

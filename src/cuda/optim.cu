@@ -493,10 +493,3 @@ rg_status rg_cuda_sgd(rg_kargs *k) {
   if (pk.n) sgd_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
   return rg_cuda_check_launch(k, "sgd");
 }
-
-/* The all-reduce of distributed training: to come, with NCCL (one ncclAllReduce with
-   ncclAvg per bucket on the step's stream, captured in the graph; see resgrad.h). Not
-   reached today: rg_dist_init refuses a CUDA context of more than one rank. */
-rg_status rg_cuda_allreduce(rg_kargs *k) {
-  return rg_cuda_unsupported(k, "the gradient all-reduce of distributed training (NCCL)");
-}
