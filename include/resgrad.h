@@ -294,6 +294,14 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
+/* rg_attention on the heads of a fused projection, read and written in place: qkv
+   [B,T,3C] holds q, k and v as the thirds [0,C), [C,2C), [2C,3C) of its last axis, and
+   head h (of heads, D = C/heads) is columns [h*D, (h+1)*D) of each third. The result is
+   [B,T,C] with head h at columns [h*D, (h+1)*D): what reshaping qkv to [B,T,3*heads,D],
+   transposing axes 1 and 2, slicing q, k, v, rg_attention and transposing and reshaping
+   back computes, without those copies. d: qkv. The last axis must be a multiple of
+   3*heads, else RG_ERR_MISUSE; CUDA limits D as rg_attention. */
+RG_API rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal);
 /* Mean cross-entropy of logits [..., C] against I32 targets [...]; a scalar. A target
    outside [0, C) is RG_ERR_MISUSE at the barrier naming the value. The _ignore variant
    skips targets equal to ignore_index (mean over the rest; 0 if none). d: logits. */

@@ -133,6 +133,23 @@ static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation *
   y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
   return weigh(c, y);
 }
+/* rg_attention_qkv: the same kernels reading heads as D-column strips of [B,T,3C] rows
+   and writing them into [B,T,C] rows. */
+static rg_tensor qkv_of(rg_ctx *c, int i, int64_t B, int64_t T, int64_t H, int64_t D,
+                        int causal) {
+  char n[16];
+  snprintf(n, sizeof n, "qkv%d", i);
+  return flat(c, rg_attention_qkv(c, P(c, n, D3(B, T, 3 * H * D)), H, causal));
+}
+static out c_attn_qkv(rg_ctx *c) {
+  rg_tensor y = qkv_of(c, 0, 2, 130, 3, 64, 1);              /* GPT-2's D, 3 query tiles */
+  y = rg_concat(c, y, qkv_of(c, 1, 2, 130, 3, 64, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 2, 1, 77, 4, 24, 1), 0);     /* float4 rows of stride 288 */
+  y = rg_concat(c, y, qkv_of(c, 3, 3, 45, 2, 40, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 4, 1, 67, 2, 13, 1), 0);     /* D % 4 != 0: scalar loads */
+  y = rg_concat(c, y, qkv_of(c, 5, 1, 70, 2, 96, 1), 0);     /* 64 < D: DM = 128 kernels */
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
@@ -422,6 +439,14 @@ static void run_attn_limit(void) {
   CHECK(ok, "attention with D = 129 on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
   CHECK_ST(g, rg_step_begin(g), RG_OK);
+  rg_tensor x = rg_param(g, "qkv", RG_F32, D3(1, 4, 3 * 129), normal(1));
+  s = rg_sum(g, rg_attention_qkv(g, x, 1, 1), RG_ALL_AXES, 0);
+  int ok2 = rg_item(g, s, &v) == RG_ERR_UNSUPPORTED && msg_has(g, "D = 129") &&
+            msg_has(g, "rg_attention_qkv");
+  CHECK(ok2, "rg_attention_qkv with D = 129 on CUDA: %s", rg_errmsg(g));
+  ok = ok && ok2;
+  rg_clear_error(g);
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
   CHECK_ST(g, rg_item(g, rg_sum(g, q, RG_ALL_AXES, 0), &v), RG_OK);
   printf("%-12s %s  D = 129 is RG_ERR_UNSUPPORTED, context recovers\n", "attn-limit",
          ok && rg_error(g) == RG_OK ? "PASS" : "FAIL");
@@ -481,7 +506,7 @@ int main(void) {
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
-      {"attn-long", c_attn_long, 1e-5},
+      {"attn-long", c_attn_long, 1e-5}, {"attn-qkv", c_attn_qkv, 1e-5},
       {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},

@@ -185,6 +185,9 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
       memcpy(gin, o, sizeof o);
     break;
   }
+  case RG_OP_ATTENTION_QKV:
+    gin[0] = op1(ctx, RG_OP_ATTENTION_QKV_BWD, x, g, 0, sx, n->i, NULL);
+    break;
   case RG_OP_CROSS_ENTROPY:
     gin[0] = op1(ctx, RG_OP_CROSS_ENTROPY_BWD, x, y, g, sx, n->i, NULL);
     break;

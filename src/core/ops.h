@@ -30,6 +30,9 @@
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
  *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> [B,H,T,D]; i[0] causal (key s
  *            masked when s > t); scale 1/sqrt(D).
+ *  ATTENTION_QKV qkv [B,T,3C] -> [B,T,C]: ATTENTION on heads read in place, i[0] causal,
+ *            i[1] = H heads of D = C/H. Head h's q, k, v are columns h D + [0,D) of the
+ *            thirds [0,C), [C,2C), [2C,3C) of each row; its output is columns h D + [0,D).
  *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean; i[0] = has ignore,
  *            i[1] = ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
@@ -50,6 +53,7 @@
  *  RMSNORM_BWD   (x, gamma opt, g; f[0]) -> dx, dgamma [C]
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, g; i[0] causal) -> dq, dk, dv
+ *  ATTENTION_QKV_BWD (qkv, g; i[0], i[1] as ATTENTION_QKV) -> dqkv [B,T,3C]
  *  CROSS_ENTROPY_BWD (logits, targets, g scalar; i[0], i[1]) -> dlogits
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
@@ -103,6 +107,7 @@
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
   X(ATTENTION, attention, "rg_attention", 3, 1)               \
+  X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 1)   \
   X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 1)   \
   X(MSE, mse, "rg_mse", 2, 1)                                 \
   X(COPY, copy, "rg_copy", 1, 1)                              \
@@ -124,6 +129,7 @@
   X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 3, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 4, 3)      \
+  X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 2, 1) \
   X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 3, 1) \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \

@@ -3,8 +3,11 @@
  * style: the T x S matrix of scores never exists in memory, only 64 x 64 tiles of it in
  * registers and shared memory. Mirrors the attention section of src/cpu/nn.c.
  *
- * q [BH,T,D], k and v [BH,S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j is
- * masked from query t when j > t. A row with no visible key (only when S == 0) gives o = 0.
+ * Per head: q [T,D], k and v [S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j
+ * is masked from query t when j > t. A row with no visible key (only when S == 0) gives
+ * o = 0. The same kernels serve rg_attention (heads dense in [B,H,T,D]) and
+ * rg_attention_qkv (heads are D-column strips of the rows of [B,T,3C] and [B,T,C]): each
+ * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
  *
  * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
  * and walks the other side in tiles of 64. Rows are copied from global memory into shared
@@ -53,6 +56,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
 
@@ -67,12 +71,20 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Where the rows of one head live: row t of head bh = (b, h) starts at element
+   b sb + h sh + t sr. rg_attention's [B,H,T,D] operands are dense (sr = D);
+   rg_attention_qkv's heads are D-column strips of [B,T,3C] (sr = 3C) and of its [B,T,C]
+   output (sr = C), so both ops run the same kernels and neither copies a head out. */
+typedef struct att_lay { int64_t sb, sh, sr; } att_lay;
+
+/* q and dq use lay q; k, v, dk and dv lay k; o and g lay o. */
 typedef struct att_dims {
-  int64_t BH;
+  int64_t BH, H;
+  att_lay q, k, o;
   int T, S, D;
   int dn;     /* D rounded up to 4: the extent of the score dot products */
   int causal;
-  int vec;    /* D % 4 == 0 and every pointer 16-byte aligned: float4 global access */
+  int vec;    /* D and every stride % 4 == 0, every pointer 16-byte aligned: float4 access */
   float scale;
 } att_dims;
 
@@ -83,6 +95,11 @@ template <int DM> struct tl {
   static constexpr int PER = TR * DM / 4 / NT;   /* float4 one thread moves per fill */
   static constexpr int H = DM / 64;              /* float4 per thread per output row */
 };
+
+/* Offset of head bh's first row in layout l. */
+__device__ __forceinline__ int64_t head_at(const att_dims &a, const att_lay &l, int64_t bh) {
+  return bh / a.H * l.sb + bh % a.H * l.sh;
+}
 
 __device__ __forceinline__ int tx_(void) { return (int)(threadIdx.x & 15); }
 __device__ __forceinline__ int ty_(void) { return (int)(threadIdx.x >> 4); }
@@ -102,17 +119,17 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
 }
 
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
-   first shared store: fetch rows [0, n) of the [*, D] matrix at src into registers (zero
-   past row n and past D), then stash them in a shared tile. */
+   first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
+   (zero past row n and past D), then stash them in a shared tile. */
 template <int DM>
 __device__ __forceinline__ void fetch(float4 (&r)[tl<DM>::PER], const float *src, int n,
-                                      const att_dims &a) {
+                                      int64_t ld, const att_dims &a) {
 #pragma unroll
   for (int k = 0; k < tl<DM>::PER; k++) {
     int i = (int)threadIdx.x + k * NT, row = i / (DM / 4), d = i % (DM / 4) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row < n && d < a.D) {
-      const float *p = src + (int64_t)row * a.D + d;
+      const float *p = src + row * ld + d;
       if (a.vec) {
         v = *(const float4 *)p; /* D % 4 == 0: d + 3 < D */
       } else {
@@ -133,13 +150,13 @@ __device__ __forceinline__ void stash(float *dst, const float4 (&r)[tl<DM>::PER]
     *(float4 *)(dst + row * tl<DM>::LD + d) = r[k];
   }
 }
-/* Two tiles at once (k and v, or q and g). */
+/* Two tiles at once (k and v, or q and g), of row strides la and lb. */
 template <int DM>
-__device__ __forceinline__ void fill2(float *da, const float *sa, float *db, const float *sb,
-                                      int n, const att_dims &a) {
+__device__ __forceinline__ void fill2(float *da, const float *sa, int64_t la, float *db,
+                                      const float *sb, int64_t lb, int n, const att_dims &a) {
   float4 ra[tl<DM>::PER], rb[tl<DM>::PER];
-  fetch<DM>(ra, sa, n, a);
-  fetch<DM>(rb, sb, n, a);
+  fetch<DM>(ra, sa, n, la, a);
+  fetch<DM>(rb, sb, n, lb, a);
   stash<DM>(da, ra);
   stash<DM>(db, rb);
 }
@@ -199,9 +216,9 @@ __device__ __forceinline__ void mm_nn(const float *P, const float *M,
 }
 
 /* Writes rows [0, n) and columns [0, D) of the thread's part of a 64 x DM result to the
-   [*, D] matrix at dst, each value times mul[i]. */
+   rows of stride ld at dst, each value times mul[i]. */
 template <int DM>
-__device__ __forceinline__ void store_rows(float *dst, int n, const att_dims &a,
+__device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const att_dims &a,
                                            const float (&acc)[4][4 * tl<DM>::H],
                                            const float (&mul)[4]) {
 #pragma unroll
@@ -212,7 +229,7 @@ __device__ __forceinline__ void store_rows(float *dst, int n, const att_dims &a,
     for (int h = 0; h < tl<DM>::H; h++) {
       int d = 64 * h + tx_() * 4;
       if (d >= a.D) continue;
-      float *p = dst + (int64_t)r * a.D + d;
+      float *p = dst + r * ld + d;
       float4 v = make_float4(acc[i][4 * h] * mul[i], acc[i][4 * h + 1] * mul[i],
                              acc[i][4 * h + 2] * mul[i], acc[i][4 * h + 3] * mul[i]);
       if (a.vec) {
@@ -274,13 +291,19 @@ __device__ __forceinline__ void query_tile(const att_dims &a, int64_t &bh, int &
   nk = a.causal ? min(a.S, t0 + nq) : a.S; /* keys [0, nk) are visible to some row */
 }
 
+/* The operands and results of either op: head 0 of batch 0 of each. */
+typedef struct att_io {
+  const float *q, *k, *v, *g;
+  float *o, *dq, *dk, *dv;
+} att_io;
+
 /* Key tile j0 (kn rows) into Ks and Vs, between the barriers that make it safe: the
    previous tile's readers of Ks, Vs and Ps are done before, the tile is whole after. */
 template <int DM>
 __device__ __forceinline__ void key_tile(const att_dims &a, const float *Kb, const float *Vb,
                                          int j0, int kn, float *Ks, float *Vs) {
   __syncthreads();
-  fill2<DM>(Ks, Kb + (int64_t)j0 * a.D, Vs, Vb + (int64_t)j0 * a.D, kn, a);
+  fill2<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
   __syncthreads();
 }
 
@@ -339,35 +362,32 @@ __device__ __forceinline__ float inv_or_zero(float l) { return l == 0.f ? 0.f : 
 /* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. */
 template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
-    att_fwd_k(const float *__restrict__ Q, const float *__restrict__ K,
-              const float *__restrict__ V, float *__restrict__ O, att_dims a) {
+    att_fwd_k(const att_io io, const att_dims a) {
   extern __shared__ float4 att_sm[];
   float *Qs = (float *)att_sm, *Ks = Qs + tl<DM>::SIZE, *Vs = Ks + tl<DM>::SIZE;
   float *Ps = Vs + tl<DM>::SIZE;
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
-  int64_t qoff = (bh * a.T + t0) * a.D, koff = bh * a.S * a.D;
+  int64_t koff = head_at(a, a.k, bh);
   {
     float4 r[tl<DM>::PER];
-    fetch<DM>(r, Q + qoff, nq, a);
+    fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
     stash<DM>(Qs, r);
   }
   float m[4], l[4], o[4][4 * tl<DM>::H], inv[4];
-  softmax_rows<DM>(a, K + koff, V + koff, t0, nk, Qs, Ks, Vs, Ps, m, l, o);
+  softmax_rows<DM>(a, io.k + koff, io.v + koff, t0, nk, Qs, Ks, Vs, Ps, m, l, o);
 #pragma unroll
   for (int i = 0; i < 4; i++) inv[i] = inv_or_zero(l[i]);
-  store_rows<DM>(O + qoff, nq, a, o, inv);
+  store_rows<DM>(io.o + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
 }
 
 /* Backward kernel 1, per query tile: lse and delta of its rows (to scratch), then dq.
    Shared: Qs, Gs, Ks, Vs [64][LD], Ps [64][LDP] (p in the first loop, ds in the second). */
 template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
-    att_bwd_q_k(const float *__restrict__ Q, const float *__restrict__ K,
-                const float *__restrict__ V, const float *__restrict__ G,
-                float *__restrict__ dQ, float *__restrict__ lse, float *__restrict__ delta,
-                att_dims a) {
+    att_bwd_q_k(const att_io io, float *__restrict__ lse, float *__restrict__ delta,
+                const att_dims a) {
   extern __shared__ float4 att_sm[];
   float *Qs = (float *)att_sm, *Gs = Qs + tl<DM>::SIZE, *Ks = Gs + tl<DM>::SIZE;
   float *Vs = Ks + tl<DM>::SIZE, *Ps = Vs + tl<DM>::SIZE;
@@ -376,9 +396,10 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
-  int64_t qoff = (bh * a.T + t0) * a.D, koff = bh * a.S * a.D;
-  const float *Kb = K + koff, *Vb = V + koff;
-  fill2<DM>(Qs, Q + qoff, Gs, G + qoff, nq, a);
+  int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
+  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  fill2<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + head_at(a, a.o, bh) + t0 * a.o.sr, a.o.sr, nq,
+            a);
   float m[4], l[4], o[4][4 * H];
   softmax_rows<DM>(a, Kb, Vb, t0, nk, Qs, Ks, Vs, Ps, m, l, o);
   __syncthreads(); /* Gs filled even when no key tile ran; Ks, Vs, Ps consumed */
@@ -403,7 +424,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       delta[bh * a.T + t0 + r] = dl[i];
     }
   }
-  if (!dQ) return; /* uniform over the block */
+  if (!io.dq) return; /* uniform over the block */
   float dq[4][4 * H];
   zero(dq);
   for (int j0 = 0; j0 < nk; j0 += TR) {
@@ -417,7 +438,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     mm_nn<DM>(Ps, Ks, dq);
   }
   float one[4] = {1.f, 1.f, 1.f, 1.f};
-  store_rows<DM>(dQ + qoff, nq, a, dq, one);
+  store_rows<DM>(io.dq + qoff, nq, a.q.sr, a, dq, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
@@ -427,10 +448,8 @@ __global__ void __launch_bounds__(NT, MINB(DM))
    Pt, Dt [64][LDP] (p and ds, key-major). */
 template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
-    att_bwd_kv_k(const float *__restrict__ Q, const float *__restrict__ K,
-                 const float *__restrict__ V, const float *__restrict__ G,
-                 const float *__restrict__ lse, const float *__restrict__ delta,
-                 float *__restrict__ dK, float *__restrict__ dV, att_dims a) {
+    att_bwd_kv_k(const att_io io, const float *__restrict__ lse,
+                 const float *__restrict__ delta, const att_dims a) {
   extern __shared__ float4 att_sm[];
   float *Ks = (float *)att_sm, *Vs = Ks + tl<DM>::SIZE, *Qs = Vs + tl<DM>::SIZE;
   float *Gs = Qs + tl<DM>::SIZE, *Pt = Gs + tl<DM>::SIZE, *Dt = Pt + TR * LDP;
@@ -438,9 +457,10 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   const int tx = tx_(), ty = ty_();
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
-  int64_t koff = (bh * a.S + s0) * a.D, qbase = bh * a.T * a.D;
+  int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
+  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = lse + bh * a.T, *db = delta + bh * a.T;
-  fill2<DM>(Ks, K + koff, Vs, V + koff, kn, a);
+  fill2<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
   float dk[4][4 * H], dv[4][4 * H];
   zero(dk);
   zero(dv);
@@ -454,19 +474,19 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       dl[j] = r < tn ? db[t0 + r] : 0.f;
     }
     __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Pt, Dt consumed */
-    fill2<DM>(Qs, Q + qbase + (int64_t)t0 * a.D, Gs, G + qbase + (int64_t)t0 * a.D, tn, a);
+    fill2<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
     __syncthreads();
     p_ds<LD, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
       int c = 4 * ty + i, r = tx + 16 * j;
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
     }, Pt, Dt);
     __syncthreads(); /* Pt, Dt written */
-    if (dV) mm_nn<DM>(Pt, Gs, dv);
-    if (dK) mm_nn<DM>(Dt, Qs, dk);
+    if (io.dv) mm_nn<DM>(Pt, Gs, dv);
+    if (io.dk) mm_nn<DM>(Dt, Qs, dk);
   }
   float one[4] = {1.f, 1.f, 1.f, 1.f};
-  if (dK) store_rows<DM>(dK + koff, kn, a, dk, one);
-  if (dV) store_rows<DM>(dV + koff, kn, a, dv, one);
+  if (io.dk) store_rows<DM>(io.dk + koff, kn, a.k.sr, a, dk, one);
+  if (io.dv) store_rows<DM>(io.dv + koff, kn, a.k.sr, a, dv, one);
 }
 
 /* Dynamic shared memory of each kernel. */
@@ -476,19 +496,54 @@ template <int DM> size_t bwd_kv_bytes(void) {
   return sizeof(float) * (4 * tl<DM>::SIZE + 2 * TR * LDP);
 }
 
-att_dims att_shape(const rg_kargs *k) {
+/* The dims, layouts and pointers of either op (as the CPU's attn_shape). */
+att_dims att_shape(const rg_kargs *k, att_io *io) {
   att_dims a;
-  a.BH = k->in[0].dims[0] * k->in[0].dims[1];
-  a.T = (int)k->in[0].dims[2];
-  a.D = (int)k->in[0].dims[3];
-  a.S = (int)k->in[1].dims[2];
+  const rg_tv *x = &k->in[0];
+  int op = k->node->op;
+  memset(io, 0, sizeof *io);
+  if (op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_BWD) {
+    a.H = x->dims[1];
+    a.T = (int)x->dims[2];
+    a.D = (int)x->dims[3];
+    a.S = (int)k->in[1].dims[2];
+    a.q = {a.H * a.T * a.D, (int64_t)a.T * a.D, a.D};
+    a.k = {a.H * a.S * a.D, (int64_t)a.S * a.D, a.D};
+    a.o = a.q;
+    io->q = (const float *)x->p, io->k = (const float *)k->in[1].p;
+    io->v = (const float *)k->in[2].p;
+    if (op == RG_OP_ATTENTION) {
+      io->o = (float *)k->out[0].p;
+    } else {
+      io->g = (const float *)k->in[3].p;
+      io->dq = (float *)k->out[0].p, io->dk = (float *)k->out[1].p;
+      io->dv = (float *)k->out[2].p;
+    }
+  } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
+    int64_t C = x->dims[2] / 3;
+    a.H = k->node->i[1];
+    a.T = a.S = (int)x->dims[1];
+    a.D = (int)(C / a.H);
+    a.q = a.k = {a.T * 3 * C, a.D, 3 * C};
+    a.o = {a.T * C, a.D, C};
+    io->q = (const float *)x->p, io->k = io->q + C, io->v = io->q + 2 * C;
+    if (op == RG_OP_ATTENTION_QKV) {
+      io->o = (float *)k->out[0].p;
+    } else {
+      io->g = (const float *)k->in[1].p;
+      io->dq = (float *)k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
+    }
+  }
+  a.BH = x->dims[0] * a.H;
   a.dn = (a.D + 3) & ~3;
   a.scale = (float)(1.0 / sqrt((double)a.D));
   a.causal = k->node->i[0] != 0;
   /* float4 global access when every row starts 16-byte aligned */
   bool al = a.D % 4 == 0;
-  for (int i = 0; i < RG_MAX_IN; i++) al = al && (uintptr_t)k->in[i].p % 16 == 0;
-  for (int i = 0; i < RG_MAX_OUT; i++) al = al && (uintptr_t)k->out[i].p % 16 == 0;
+  const att_lay *ls[3] = {&a.q, &a.k, &a.o};
+  for (int i = 0; i < 3; i++) al = al && (ls[i]->sb | ls[i]->sh | ls[i]->sr) % 4 == 0;
+  const void *ps[8] = {io->q, io->k, io->v, io->g, io->o, io->dq, io->dk, io->dv};
+  for (int i = 0; i < 8; i++) al = al && (uintptr_t)ps[i] % 16 == 0;
   a.vec = al;
   return a;
 }
@@ -542,32 +597,26 @@ rg_status no_scratch(rg_kargs *k, size_t need) {
   return RG_ERR_UNSUPPORTED;
 }
 
-template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a) {
+template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
   size_t bytes = fwd_bytes<DM>();
   rg_status st = smem_fits(k, a, bytes);
   if (st != RG_OK) return st;
-  const float *Q = (const float *)k->in[0].p, *K = (const float *)k->in[1].p;
-  const float *V = (const float *)k->in[2].p;
-  float *O = (float *)k->out[0].p;
-  launch_att(att_fwd_k<DM>, a.BH * cdiv(a.T, TR), bytes, rg_cuda_ctx(k)->stream, Q, K, V, O, a);
+  launch_att(att_fwd_k<DM>, a.BH * cdiv(a.T, TR), bytes, rg_cuda_ctx(k)->stream, io, a);
   return rg_cuda_check_launch(k, "attention");
 }
 
 /* T > 0 and S >= 0; lse and delta: BH * T floats each. */
 template <int DM>
-rg_status attention_bwd(rg_kargs *k, const att_dims &a, float *lse, float *delta) {
+rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *lse,
+                        float *delta) {
   size_t qbytes = bwd_q_bytes<DM>(), kbytes = bwd_kv_bytes<DM>();
   rg_status st = smem_fits(k, a, qbytes > kbytes ? qbytes : kbytes);
   if (st != RG_OK) return st;
   cudaStream_t s = rg_cuda_ctx(k)->stream;
-  const float *Q = (const float *)k->in[0].p, *K = (const float *)k->in[1].p;
-  const float *V = (const float *)k->in[2].p, *G = (const float *)k->in[3].p;
-  float *dQ = (float *)k->out[0].p, *dK = (float *)k->out[1].p, *dV = (float *)k->out[2].p;
-  launch_att(att_bwd_q_k<DM>, a.BH * cdiv(a.T, TR), qbytes, s, Q, K, V, G, dQ, lse, delta, a);
-  if ((dK || dV) && a.S > 0) {
+  launch_att(att_bwd_q_k<DM>, a.BH * cdiv(a.T, TR), qbytes, s, io, lse, delta, a);
+  if ((io.dk || io.dv) && a.S > 0) {
     const float *cl = lse, *cd = delta;
-    launch_att(att_bwd_kv_k<DM>, a.BH * cdiv(a.S, TR), kbytes, s, Q, K, V, G, cl, cd, dK, dV,
-               a);
+    launch_att(att_bwd_kv_k<DM>, a.BH * cdiv(a.S, TR), kbytes, s, io, cl, cd, a);
   }
   return rg_cuda_check_launch(k, "attention_bwd");
 }
@@ -576,31 +625,39 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, float *lse, float *delta
 
 /* ---- launchers ----------------------------------------------------------------------- */
 
-rg_status rg_cuda_attention(rg_kargs *k) {
-  att_dims a = att_shape(k);
+static rg_status attention_fwd_any(rg_kargs *k) {
+  att_io io;
+  att_dims a = att_shape(k, &io);
   if (k->out[0].n == 0) return RG_OK;
   rg_status st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  return a.D <= 64 ? attention_fwd<64>(k, a) : attention_fwd<128>(k, a);
+  return a.D <= 64 ? attention_fwd<64>(k, a, io) : attention_fwd<128>(k, a, io);
 }
 
 /* Scratch: the log-sum-exp and delta of every query row (8 bytes a row). */
-rg_status rg_cuda_attention_bwd(rg_kargs *k) {
+static rg_status attention_bwd_any(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
-  att_dims a = att_shape(k);
-  float *dK = (float *)k->out[1].p, *dV = (float *)k->out[2].p;
+  att_io io;
+  att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.D == 0 || (a.T == 0 && a.S == 0)) return RG_OK;
   rg_status st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  if (a.T == 0) { /* no queries: dk and dv are zero (stream-ordered memsets, capturable;
-                     their status is the runtime's last error, which check_launch reads) */
+  if (a.T == 0) { /* no queries (rg_attention only: qkv has S = T), so dk and dv are zero
+                     and dense; stream-ordered memsets, capturable, whose status is the
+                     runtime's last error, which check_launch reads */
     size_t bytes = (size_t)(a.BH * a.S * a.D) * sizeof(float);
-    if (dK) cudaMemsetAsync(dK, 0, bytes, L->stream);
-    if (dV) cudaMemsetAsync(dV, 0, bytes, L->stream);
+    if (io.dk) cudaMemsetAsync(io.dk, 0, bytes, L->stream);
+    if (io.dv) cudaMemsetAsync(io.dv, 0, bytes, L->stream);
     return rg_cuda_check_launch(k, "attention_bwd");
   }
   size_t rows = (size_t)(a.BH * a.T), need = 2 * rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   float *lse = (float *)L->scratch, *delta = lse + rows;
-  return a.D <= 64 ? attention_bwd<64>(k, a, lse, delta) : attention_bwd<128>(k, a, lse, delta);
+  return a.D <= 64 ? attention_bwd<64>(k, a, io, lse, delta)
+                   : attention_bwd<128>(k, a, io, lse, delta);
 }
+
+rg_status rg_cuda_attention(rg_kargs *k) { return attention_fwd_any(k); }
+rg_status rg_cuda_attention_qkv(rg_kargs *k) { return attention_fwd_any(k); }
+rg_status rg_cuda_attention_bwd(rg_kargs *k) { return attention_bwd_any(k); }
+rg_status rg_cuda_attention_qkv_bwd(rg_kargs *k) { return attention_bwd_any(k); }
