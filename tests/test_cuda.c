@@ -150,6 +150,18 @@ static out c_attn_qkv(rg_ctx *c) {
   y = rg_concat(c, y, qkv_of(c, 5, 1, 70, 2, 96, 1), 0);     /* 64 < D: DM = 128 kernels */
   return weigh(c, y);
 }
+/* The tensor-core paths (run with rg_options.bf16 or .tf32 on the CUDA side only, against
+   the CPU's f32): GPT-2's T and D with both layouts, then odd T and D, S != T, and
+   64 < D <= 128. */
+static out c_attn_tc(rg_ctx *c) {
+  rg_tensor y = qkv_of(c, 0, 1, 1024, 2, 64, 1);
+  y = rg_concat(c, y, attn_of(c, 1, 1, 1, 1024, 1024, 64, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 2, 2, 77, 3, 24, 1), 0);
+  y = rg_concat(c, y, attn_of(c, 3, 1, 2, 70, 45, 40, 0), 0);
+  y = rg_concat(c, y, attn_of(c, 4, 1, 2, 45, 77, 13, 1), 0);
+  y = rg_concat(c, y, qkv_of(c, 5, 1, 65, 2, 96, 1), 0);
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
@@ -215,12 +227,17 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
   return e;
 }
 
-static void run_case(const char *name, build_fn f, double tol) {
+/* mode: 0, or 1 / 2 to open the CUDA context with rg_options.tf32 / .bf16 (the CPU's
+   is f32: its attention ignores both, and the cases run with them use no rg_matmul or
+   rg_linear, which the CPU would round as well). */
+static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   rg_options o = {.quiet = 1, .seed = 11};
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
   rg_open(&c, &o);
   o.device = RG_DEVICE_CUDA;
+  o.tf32 = mode == 1;
+  o.bf16 = mode == 2;
   rg_open(&g, &o);
   if (!c || !g) {
     CHECK(0, "%s: could not open both contexts", name);
@@ -245,6 +262,33 @@ static void run_case(const char *name, build_fn f, double tol) {
   printf("%-12s %s  worst normalised error %.3g (tolerance %.0e)\n", name,
          worst <= tol && rg_error(g) == RG_OK ? "PASS" : "FAIL", worst, tol);
   CHECK_ST(c, rg_close(c), RG_OK);
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
+static void run_case(const char *name, build_fn f, double tol) {
+  run_case_mode(name, f, tol, 0);
+}
+
+/* The tensor-core attention repeats exactly: the same backward twice, in two steps (the
+   second replays the first's graph), gives the same bits. */
+static void run_attn_repeat(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = 1, .seed = 3});
+  rg_tensor x = rg_param(g, "qkv", RG_F32, D3(2, 300, 3 * 4 * 64), normal(1));
+  int64_t n = rg_numel(g, x);
+  float *r[2] = {malloc(sizeof(float) * (size_t)n), malloc(sizeof(float) * (size_t)n)};
+  for (int s = 0; s < 2; s++) {
+    rg_step_begin(g);
+    rg_zero_grad(g);
+    rg_backward(g, weigh(g, rg_attention_qkv(g, x, 4, 1)).loss);
+    CHECK_ST(g, rg_read(g, rg_grad(g, x), r[s], sizeof(float) * (size_t)n), RG_OK);
+  }
+  int same = !memcmp(r[0], r[1], sizeof(float) * (size_t)n);
+  CHECK(same, "bf16 attention: two identical backward passes differ");
+  printf("%-12s %s  bf16 attention gradients repeat bit for bit\n", "attn-repeat",
+         same ? "PASS" : "FAIL");
+  free(r[0]);
+  free(r[1]);
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
@@ -513,6 +557,15 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol);
+  /* The tensor-core attention against the CPU's f32. bf16 keeps 8 significant bits, so
+     each rounded operand (q, k, v, g, p, ds) is off by up to 2^-9 = 0.2%: the scores and
+     p are off by ~0.3%, o by ~0.5% (p and v rounded again), and dq, dk by ~1% (ds =
+     p (dp - delta) meets both errors, then is rounded). 2e-2 is twice that, still far
+     below the O(1) error of a wrong row, tile or mask. tf32 keeps 11 bits: 4x less. */
+  run_case_mode("attn-tf32", c_attn_tc, 5e-3, 1);
+  run_case_mode("attn-bf16", c_attn_tc, 2e-2, 2);
+  run_case_mode("attn-f32", c_attn_tc, 1e-5, 0); /* the same shapes, exact path: tight */
+  run_attn_repeat();
   run_training();
   run_checkpoint();
   run_graphs();

@@ -349,6 +349,20 @@ rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx) {
   return emit1(ctx, RG_OP_EMBEDDING, in, o, NULL, NULL);
 }
 
+/* Either attention op: out o of shape so and the log-sum-exp of each query row, [B,H,T],
+   which the backward reads instead of running the forward again. The products' precision
+   follows the context's autocast options at record time (ops.h). */
+static rg_tensor attention_emit(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_shape so,
+                                int64_t heads, int causal) {
+  int64_t T = op == RG_OP_ATTENTION ? so.dims[2] : so.dims[1];
+  rg_shape outs[2] = {so, {RG_F32, 3, {so.dims[0], heads, T}}};
+  int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads,
+                   ctx->opt.bf16 ? 2 : ctx->opt.tf32 ? 1 : 0, 0};
+  uint32_t out[RG_MAX_OUT] = {0};
+  return rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
+                                                                   : RG_NONE;
+}
+
 rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
   const char *call = "rg_attention";
   uint32_t in[3];
@@ -365,8 +379,7 @@ rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int c
   if (memcmp(sk.dims, sv.dims, sizeof sk.dims))
     return shape_error(ctx, call, "do not fit: k and v must have the same shape", &sk, &sv),
            RG_NONE;
-  int64_t iv[4] = {causal != 0, 0, 0, 0};
-  return emit1(ctx, RG_OP_ATTENTION, in, sq, iv, NULL);
+  return attention_emit(ctx, RG_OP_ATTENTION, in, sq, sq.dims[1], causal);
 }
 
 rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal) {
@@ -388,8 +401,7 @@ rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal
                     "C a multiple of heads %lld (q, k and v of C = heads x D columns each)",
                     b, (long long)s.dims[2], (long long)heads), RG_NONE;
   s.dims[2] /= 3;
-  int64_t iv[4] = {causal != 0, heads, 0, 0};
-  return emit1(ctx, RG_OP_ATTENTION_QKV, in, s, iv, NULL);
+  return attention_emit(ctx, RG_OP_ATTENTION_QKV, in, s, heads, causal);
 }
 
 static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_ignore,

@@ -15,7 +15,9 @@
  *  - Zero-size tensors are legal: an empty last axis (C == 0) means there is nothing to
  *    compute, and a cross-entropy over no counted rows is 0.
  *  - Attention recomputes its probabilities in the backward pass instead of storing the
- *    T x S matrix: per row only the log-sum-exp and g.o are kept (8 bytes per query).
+ *    T x S matrix: the forward keeps the log-sum-exp of each query row (its second
+ *    output), the backward g.o per row (8 bytes per query in all). The CPU computes the
+ *    products in f32 whatever the node's precision flag (the CUDA tensor-core paths).
  */
 #include "cpu.h"
 
@@ -309,8 +311,12 @@ typedef struct attn_dims {
   attn_lay q, k, o;
 } attn_dims;
 
-/* The operands and results of either op, as base pointers of head 0 of batch 0. */
-typedef struct attn_io { const float *q, *k, *v, *g; float *o, *dq, *dk, *dv; } attn_io;
+/* The operands and results of either op, as base pointers of head 0 of batch 0; lse
+   [BH,T] is the forward's second output and the backward's input. */
+typedef struct attn_io {
+  const float *q, *k, *v, *g;
+  float *o, *lse, *dq, *dk, *dv;
+} attn_io;
 
 static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
   attn_dims a;
@@ -328,9 +334,9 @@ static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
     a.o = a.q;
     io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
     if (op == RG_OP_ATTENTION) {
-      io->o = k->out[0].p;
-    } else {
-      io->g = k->in[3].p;
+      io->o = k->out[0].p, io->lse = k->out[1].p;
+    } else { /* q, k, v, o, g, lse */
+      io->g = k->in[4].p, io->lse = k->in[5].p;
       io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
     }
   } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
@@ -343,13 +349,13 @@ static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
     a.o = (attn_lay){a.T * C, a.D, C};
     io->q = x->p, io->k = io->q + C, io->v = io->q + 2 * C;
     if (op == RG_OP_ATTENTION_QKV) {
-      io->o = k->out[0].p;
-    } else {
-      io->g = k->in[1].p;
+      io->o = k->out[0].p, io->lse = k->out[1].p;
+    } else { /* qkv, o, g, lse */
+      io->g = k->in[2].p, io->lse = k->in[3].p;
       io->dq = k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
     }
   }
-  a.scale = (float)(1.0 / sqrt((double)a.D));
+  a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
   a.causal = k->node->i[0] != 0;
   return a;
 }
@@ -388,9 +394,9 @@ static float attn_probs(const attn_dims *a, const float *q, const float *K, floa
 }
 
 static void attn_fwd_row(const attn_dims *a, const float *q, const float *K, const float *V,
-                         float *o, float *p, int64_t t) {
+                         float *o, float *lse, float *p, int64_t t) {
   int64_t ns = attn_keys(a, t);
-  attn_probs(a, q, K, p, ns);
+  *lse = ns ? attn_probs(a, q, K, p, ns) : 0.f; /* never read; finite for check_finite */
   memset(o, 0, (size_t)a->D * sizeof(float));
   for (int64_t j = 0; j < ns; j++) {
     const float *v = V + j * a->k.sr;
@@ -422,7 +428,7 @@ static rg_status attn_forward(rg_kargs *k) {
     for (int64_t r = 0; r < rows; r++) {
       int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
       attn_fwd_row(&a, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv, io.v + kv,
-                   io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, p, t);
+                   io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, t);
     }
   }
   rg__free(k->ctx, scratch);
@@ -433,15 +439,16 @@ rg_status rg_cpu_attention(rg_kargs *k) { return attn_forward(k); }
 rg_status rg_cpu_attention_qkv(rg_kargs *k) { return attn_forward(k); }
 
 /* Pass 1, one query row: dq = scale sum_j ds_j k_j with ds_j = p_j (g.v_j - delta), where
-   delta = sum_j p_j g.v_j (= g.o). The row's log-sum-exp and delta are saved so pass 2 can
-   rebuild p and ds one key at a time. p and dp are S-float scratch rows. */
+   delta = sum_j p_j g.v_j (= g.o), p_j = exp(scale q.k_j - lse) from the forward's lse.
+   delta is saved so pass 2 can rebuild p and ds one key at a time. p and dp are S-float
+   scratch rows. */
 static void attn_bwd_query(const attn_dims *a, const float *q, const float *K, const float *V,
                            const float *g, float *dq, float *p, float *dp, int64_t t,
-                           float *lse, float *delta) {
+                           float lse, float *delta) {
   int64_t ns = attn_keys(a, t);
-  *lse = attn_probs(a, q, K, p, ns);
   double dl = 0;
   for (int64_t j = 0; j < ns; j++) {
+    p[j] = expf(dotf(q, K + j * a->k.sr, a->D) * a->scale - lse);
     dp[j] = dotf(g, V + j * a->k.sr, a->D);
     dl += (double)p[j] * dp[j];
   }
@@ -481,10 +488,11 @@ static rg_status attn_backward(rg_kargs *k) {
   attn_dims a = attn_shape(k, &io);
   int nt = nthreads(k);
   int64_t qrows = a.BH * a.T, krows = a.BH * a.S;
-  /* per thread a p and a dp row, then lse and delta per query row */
-  float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + 2 * qrows);
+  /* per thread a p and a dp row, then delta per query row */
+  float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + qrows);
   if (!scratch) return RG_ERR_OOM;
-  float *lse = scratch + (int64_t)nt * 2 * a.S, *delta = lse + qrows;
+  const float *lse = io.lse;
+  float *delta = scratch + (int64_t)nt * 2 * a.S;
   bool par = qrows * a.S * a.D > PAR_MIN;
   (void)par; /* read only by OpenMP pragmas */
 #pragma omp parallel num_threads(nt) if(par)
@@ -496,7 +504,7 @@ static rg_status attn_backward(rg_kargs *k) {
       int64_t qo = attn_head(&a, &a.q, bh) + t * a.q.sr;
       attn_bwd_query(&a, io.q + qo, io.k + kv, io.v + kv,
                      io.g + attn_head(&a, &a.o, bh) + t * a.o.sr, io.dq ? io.dq + qo : NULL,
-                     p, dp, t, lse + r, delta + r);
+                     p, dp, t, lse[r], delta + r);
     }
   }
   if (io.dk || io.dv) {
