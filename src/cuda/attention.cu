@@ -21,7 +21,9 @@
  *    accumulation.
  * The tensor cores' result fragments go through a shared f32 tile (their register layout
  * is opaque), from which each thread takes its entries in the layout the f32 path keeps
- * them in, so everything around the products is the same code in every mode.
+ * them in, so everything around the products is the same code in every mode. The sums
+ * that need no rescaling (dq, dk, dv) stay in fragments for the whole loop and go through
+ * the shared tile once, at the end.
  *
  * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
  * and walks the other side in tiles of 64. Rows are copied from global memory into shared
@@ -35,7 +37,8 @@
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
  *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
  * With tensor cores, warp w computes the 16 x 16 result blocks w, w + 8, ... (row block
- * f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4].
+ * f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds them, for
+ * dq, dk and dv).
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
@@ -72,14 +75,15 @@
  *   bf16     53 / 93      62 / 110     71 / 119
  * All are above the 48 KB default, so each launch opts in. At DM = 64 two blocks fit an
  * SM (except kernel 2 in tf32), and __launch_bounds__ caps registers at 128 for it (ptxas
- * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32, from the strided layouts);
+ * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32 and kernel 1 in bf16);
  * at DM = 128 one block fits, registers are not capped.
  *
  * Barriers: every loop iteration is  sync (the previous iteration's readers are done) ->
  * fill tiles -> sync -> scores, write P -> sync -> products from P. A tensor-core product
- * adds two of its own: sync (the previous product's readers of Sc are done) -> fragments
- * to Sc -> sync -> each thread reads its entries. Anything read after a loop that may run
- * zero times is fenced by its own sync.
+ * into registers adds two of its own: sync (the previous product's readers of Sc are
+ * done) -> fragments to Sc -> sync -> each thread reads its entries; so does the final
+ * read-out of a sum kept in fragments. Anything read after a loop that may run zero times
+ * is fenced by its own sync.
  */
 #include "cuda.h"
 
@@ -413,6 +417,68 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[4][N]) {
     for (int j = 0; j < N; j++) x[i][j] = 0.f;
 }
 
+/* A 64 x DM result summed over a loop of products P M (dq, dk, dv): in the f32 path the
+   thread's registers in the layout of prod_nn; with tensor cores, fragments that stay in
+   registers for the whole loop (warp w holds blocks w, w + 8, ...), so a product costs no
+   trip through Sc and no barrier, and the sum goes through Sc once, at the end. */
+template <int DM, int PR> struct accum {
+  typedef typename wf<PR>::T T;
+  static constexpr int K = wf<PR>::K, NB = DM / 16, NF = 4 * NB / (NT / 32);
+  wm::fragment<wm::accumulator, 16, 16, K, float> f[NF];
+  __device__ __forceinline__ void clear(void) {
+#pragma unroll
+    for (int i = 0; i < NF; i++) wm::fill_fragment(f[i], 0.f);
+  }
+  /* P [64][LDP], M [64][LD]: both whole (the caller's barrier) */
+  __device__ __forceinline__ void add(const T *P, const T *M) {
+    wm::fragment<wm::matrix_a, 16, 16, K, typename wf<PR>::E, wm::row_major> fa;
+    wm::fragment<wm::matrix_b, 16, 16, K, typename wf<PR>::E, wm::row_major> fb;
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+      int b = (int)threadIdx.x / 32 + i * (NT / 32), r0 = b / NB * 16, c0 = b % NB * 16;
+#pragma unroll 4
+      for (int k = 0; k < TR; k += K) {
+        load_frag<PR>(fa, P + r0 * tl<DM, PR>::LDP + k, tl<DM, PR>::LDP);
+        load_frag<PR>(fb, M + k * tl<DM, PR>::LD + c0, tl<DM, PR>::LD);
+        wm::mma_sync(f[i], fa, fb, f[i]);
+      }
+    }
+  }
+  /* Rows [0, n) to dst (row stride ld), through Sc, between the barriers that make it
+     safe. */
+  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
+                                        float *Sc) {
+    constexpr int LDO = tl<DM, PR>::LDO;
+    __syncthreads(); /* Sc's previous readers are done */
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+      int b = (int)threadIdx.x / 32 + i * (NT / 32);
+      wm::store_matrix_sync(Sc + b / NB * 16 * LDO + b % NB * 16, f[i], LDO,
+                            wm::mem_row_major);
+    }
+    __syncthreads();
+    float r[4][4 * tl<DM, PR>::H], one[4] = {1.f, 1.f, 1.f, 1.f};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int h = 0; h < tl<DM, PR>::H; h++) {
+        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
+        r[i][4 * h] = v.x, r[i][4 * h + 1] = v.y, r[i][4 * h + 2] = v.z, r[i][4 * h + 3] = v.w;
+      }
+    store_rows<DM>(dst, n, ld, a, r, one);
+  }
+};
+template <int DM> struct accum<DM, P_F32> {
+  float r[4][4 * tl<DM, P_F32>::H];
+  __device__ __forceinline__ void clear(void) { zero(r); }
+  __device__ __forceinline__ void add(const float *P, const float *M) { mm_nn<DM>(P, M, r); }
+  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
+                                        float *) {
+    float one[4] = {1.f, 1.f, 1.f, 1.f};
+    store_rows<DM>(dst, n, ld, a, r, one);
+  }
+};
+
 /* p = exp(scale s - lse) and ds = p (dp - delta) scale on the thread's entries (row 4 ty + i,
    column tx + 16 j) of a 64 x 64 tile, 0 where vis(i, j) is false: s = A.B^T, dp = C.E^T.
    p goes to P and is read back for ds, so one 4 x 4 accumulator is live at a time (the
@@ -549,7 +615,6 @@ template <int DM, int PR>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_q_k(const att_io io, float *__restrict__ delta, const att_dims a) {
   typedef typename tl<DM, PR>::T T;
-  constexpr int H = tl<DM, PR>::H;
   extern __shared__ __align__(128) unsigned char att_sm[];
   T *Qs = (T *)att_sm, *Gs = Qs + tl<DM, PR>::SIZE, *Ks = Gs + tl<DM, PR>::SIZE;
   T *Vs = Ks + tl<DM, PR>::SIZE, *Ps = Vs + tl<DM, PR>::SIZE;
@@ -577,8 +642,8 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     if (tx == 0 && r < nq) delta[row + r] = dl[i];
   }
   if (!io.dq) return; /* uniform over the block */
-  float dq[4][4 * H];
-  zero(dq);
+  accum<DM, PR> dq;
+  dq.clear();
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
     key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
@@ -587,10 +652,9 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       return c < kn && (!a.causal || j0 + c <= t0 + 4 * ty + i);
     }, Ps, Ps, Sc);
     __syncthreads(); /* Ps written */
-    prod_nn<DM, PR>(Ps, Ks, Sc, dq);
+    dq.add(Ps, Ks);
   }
-  float one[4] = {1.f, 1.f, 1.f, 1.f};
-  store_rows<DM>(io.dq + qoff, nq, a.q.sr, a, dq, one);
+  dq.store(io.dq + qoff, nq, a.q.sr, a, Sc);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
@@ -602,7 +666,6 @@ template <int DM, int PR>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_kv_k(const att_io io, const float *__restrict__ delta, const att_dims a) {
   typedef typename tl<DM, PR>::T T;
-  constexpr int H = tl<DM, PR>::H;
   extern __shared__ __align__(128) unsigned char att_sm[];
   T *Ks = (T *)att_sm, *Vs = Ks + tl<DM, PR>::SIZE, *Qs = Vs + tl<DM, PR>::SIZE;
   T *Gs = Qs + tl<DM, PR>::SIZE, *Pt = Gs + tl<DM, PR>::SIZE, *Dt = Pt + tl<DM, PR>::PSIZE;
@@ -614,9 +677,9 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
   fill2<DM, PR>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
-  float dk[4][4 * H], dv[4][4 * H];
-  zero(dk);
-  zero(dv);
+  accum<DM, PR> dk, dv;
+  dk.clear();
+  dv.clear();
   for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
     int tn = min(TR, a.T - t0);
     float ls[4], dl[4];
@@ -634,12 +697,11 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
     }, Pt, Dt, Sc);
     __syncthreads(); /* Pt, Dt written */
-    if (io.dv) prod_nn<DM, PR>(Pt, Gs, Sc, dv);
-    if (io.dk) prod_nn<DM, PR>(Dt, Qs, Sc, dk);
+    if (io.dv) dv.add(Pt, Gs);
+    if (io.dk) dk.add(Dt, Qs);
   }
-  float one[4] = {1.f, 1.f, 1.f, 1.f};
-  if (io.dk) store_rows<DM>(io.dk + koff, kn, a.k.sr, a, dk, one);
-  if (io.dv) store_rows<DM>(io.dv + koff, kn, a.k.sr, a, dv, one);
+  if (io.dk) dk.store(io.dk + koff, kn, a.k.sr, a, Sc);
+  if (io.dv) dv.store(io.dv + koff, kn, a.k.sr, a, Sc);
 }
 
 /* Dynamic shared memory of each kernel: tiles, P tiles, Sc. */
