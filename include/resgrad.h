@@ -302,7 +302,8 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    gradient and the probabilities to bf16 for the six products (q k^T, p v; backward
    g v^T, ds k, ds^T q, p^T g), which run on tensor cores with f32 accumulation: an
    estimated 0.5% normalised error in the output and 1% in the gradients (the tests
-   bound it at 2%). With rg_options.tf32 the same products use tf32 (4x less error). Softmax statistics, exponentials, the
+   bound it at 2%). With rg_options.tf32 (and not .bf16) the same products use tf32 (4x
+   less error). Softmax statistics, exponentials, the
    output and the gradients are f32 in every mode; the CPU always computes f32. Results
    repeat bit for bit in every mode (no atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
