@@ -8,14 +8,20 @@
  * parameters, so the backward pass computes dq, dk and dv and adds them to their
  * gradients; the step therefore also holds the sum, its backward (an expand) and three
  * gradient accumulations, small next to attention (a few % of the step at this shape).
+ * With --qkv the step is y = rg_attention_qkv(qkv, 12, 1) on one parameter qkv
+ * [8,1024,2304], GPT-2's fused projection, whose heads the kernels read in place.
+ * --bf16 and --tf32 open the context with rg_options.bf16 or .tf32, which pick the
+ * attention's tensor-core paths where the backend has them.
  *
  * TFLOP/s counts the useful work the way FlashAttention reports it: a forward pass is
  * 4 B H T S D flops (q k^T and p v), halved when causal; a backward pass is 2.5 times that
  * (five products), so forward + backward is 3.5 times the forward.
  *
- * usage:  attention [steps]   (default 20 timed steps of each kind, after 5 warm-up steps)
+ * usage:  attention [--qkv] [--bf16 | --tf32] [steps]
+ *         (default 20 timed steps of each kind, after 5 warm-up steps)
  * output: one JSON line, e.g.
- *   {"bench":"attention","device":"...","B":8,"H":12,"T":1024,"D":64,"causal":1,
+ *   {"bench":"attention","device":"...","layout":"heads","mode":"f32","B":8,"H":12,
+ *    "T":1024,"D":64,"causal":1,
  *    "fwd_ms":0.40,"fwd_bwd_ms":2.10,"fwd_tflops":32.1,"fwd_bwd_tflops":21.4,...}
  *   with median milliseconds per step, or {"bench":"attention","skipped":"..."} (exit 0)
  *   where there is no CUDA device.
@@ -26,6 +32,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum { B = 8, H = 12, T = 1024, D = 64, WARM = 5 };
@@ -41,11 +48,13 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* One step; returns its wall time in ms, or -1 on a failure (message printed). */
+/* One step; returns its wall time in ms, or -1 on a failure (message printed). With k
+   and v RG_NONE, q is the fused qkv. */
 static double step(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int backward) {
   double t0 = now_ms();
   rg_step_begin(ctx);
-  rg_tensor loss = rg_sum(ctx, rg_attention(ctx, q, k, v, 1), RG_ALL_AXES, 0);
+  rg_tensor y = k.id ? rg_attention(ctx, q, k, v, 1) : rg_attention_qkv(ctx, q, H, 1);
+  rg_tensor loss = rg_sum(ctx, y, RG_ALL_AXES, 0);
   if (backward) {
     rg_backward(ctx, loss);
     rg_zero_grad(ctx);
@@ -75,22 +84,31 @@ done:
 }
 
 int main(int argc, char **argv) {
-  int steps = argc > 1 ? atoi(argv[1]) : 20;
-  if (steps <= 0) {
-    fprintf(stderr, "usage: %s [steps > 0]\n", argv[0]);
+  int steps = 20, qkv = 0;
+  rg_options opt = {.device = RG_DEVICE_CUDA, .quiet = 1, .seed = 1};
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--qkv")) qkv = 1;
+    else if (!strcmp(argv[i], "--bf16")) opt.bf16 = 1;
+    else if (!strcmp(argv[i], "--tf32")) opt.tf32 = 1;
+    else steps = atoi(argv[i]);
+  }
+  if (steps <= 0 || (opt.bf16 && opt.tf32)) {
+    fprintf(stderr, "usage: %s [--qkv] [--bf16 | --tf32] [steps > 0]\n", argv[0]);
     return 1;
   }
+  const char *mode = opt.bf16 ? "bf16" : opt.tf32 ? "tf32" : "f32";
   rg_ctx *ctx = NULL;
-  rg_status st = rg_open(&ctx, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .seed = 1});
+  rg_status st = rg_open(&ctx, &opt);
   if (st != RG_OK) {
     printf("{\"bench\":\"attention\",\"skipped\":\"no CUDA device (%s)\"}\n", rg_status_str(st));
     return 0;
   }
   rg_init init = {RG_INIT_NORMAL, 1.0f, 0};
-  int64_t dims[4] = {B, H, T, D};
-  rg_tensor q = rg_param(ctx, "q", RG_F32, 4, dims, init);
-  rg_tensor k = rg_param(ctx, "k", RG_F32, 4, dims, init);
-  rg_tensor v = rg_param(ctx, "v", RG_F32, 4, dims, init);
+  int64_t dims[4] = {B, H, T, D}, fused[3] = {B, T, 3 * H * D};
+  rg_tensor q = qkv ? rg_param(ctx, "qkv", RG_F32, 3, fused, init)
+                    : rg_param(ctx, "q", RG_F32, 4, dims, init);
+  rg_tensor k = qkv ? RG_NONE : rg_param(ctx, "k", RG_F32, 4, dims, init);
+  rg_tensor v = qkv ? RG_NONE : rg_param(ctx, "v", RG_F32, 4, dims, init);
   if (rg_error(ctx) != RG_OK) {
     fprintf(stderr, "attention: %s\n", rg_errmsg(ctx));
     rg_close(ctx);
@@ -106,10 +124,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   double flop = 4.0 * B * H * (double)T * T * D / 2; /* causal forward */
-  printf("{\"bench\":\"attention\",\"device\":\"%s\",\"B\":%d,\"H\":%d,\"T\":%d,\"D\":%d,"
+  printf("{\"bench\":\"attention\",\"device\":\"%s\",\"layout\":\"%s\",\"mode\":\"%s\","
+         "\"B\":%d,\"H\":%d,\"T\":%d,\"D\":%d,"
          "\"causal\":1,\"steps\":%d,\"fwd_ms\":%.3f,\"fwd_bwd_ms\":%.3f,\"bwd_ms\":%.3f,"
          "\"fwd_tflops\":%.2f,\"fwd_bwd_tflops\":%.2f,\"graph_replays\":%llu}\n",
-         rg_device_name(ctx), B, H, T, D, steps, fwd, both, both - fwd,
+         rg_device_name(ctx), qkv ? "qkv" : "heads", mode, B, H, T, D, steps, fwd, both, both - fwd,
          flop / (fwd * 1e9), 3.5 * flop / (both * 1e9),
          (unsigned long long)(s1.graph_replays - s0.graph_replays));
   st = rg_close(ctx);

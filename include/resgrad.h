@@ -107,7 +107,9 @@ typedef struct rg_options {
                               events, and rg_close prints device time per op.) */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
-                              as PyTorch's allow_tf32. The CPU ignores it. */
+                              as PyTorch's allow_tf32; so do the products inside
+                              rg_attention and rg_attention_qkv recorded while it is set.
+                              The CPU ignores it. */
   int bf16;                /* 1: bf16 mixed precision for matrix products, as PyTorch's
                               autocast to bfloat16 (for rg_matmul and rg_linear only):
                               each F32 factor (x and w; never the bias) is recorded as
@@ -115,12 +117,15 @@ typedef struct rg_options {
                               the BF16 values accumulates in F32 and is F32. Backward,
                               the incoming gradient is rounded to BF16 for the gradient
                               products, which accumulate in F32 and give F32 gradients.
+                              The attention ops recorded while it is set run their
+                              products on bf16 tensor cores (CUDA; see rg_attention).
                               Everything else stays F32: parameters (master weights),
                               their gradients, optimizer state, activations between
-                              products, norms, softmax, attention, the loss. tf32 does
-                              not apply to BF16 products. The CPU rounds exactly as CUDA
-                              and multiplies the rounded values exactly in F32, so the
-                              backends differ only by summation order, as in F32.
+                              products, norms, softmax, the loss. tf32 does not apply to
+                              BF16 products. The CPU rounds matrix products exactly as
+                              CUDA and multiplies the rounded values exactly in F32, so
+                              the backends differ only by summation order, as in F32;
+                              its attention stays f32 (CUDA's differs by bf16 rounding).
                               Tested: a small GPT (2 layers, width 64) trained 40 steps
                               on the CPU keeps its loss within 2% of the F32 run's at
                               every step (0.2% measured; tests/test_bf16.c).
@@ -301,9 +306,26 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
 /* softmax(q k^T / sqrt(D) [+ causal mask]) v on [B,H,T,D] (k, v: [B,H,S,D]).
    causal masks key s > query t (aligned at the start). d: q, k and v. The CUDA backend
    runs it as one fused kernel (no T x S matrix in memory) for head sizes D <= 128; a
-   larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads). */
+   larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads).
+   Precision, fixed when the op is recorded: by default everything is f32 (CUDA within
+   1e-5 normalised error of the CPU). With rg_options.bf16 the CUDA backend rounds q, k, v, the incoming
+   gradient and the probabilities to bf16 for the six products (q k^T, p v; backward
+   g v^T, ds k, ds^T q, p^T g), which run on tensor cores with f32 accumulation: an
+   estimated 0.5% normalised error in the output and 1% in the gradients (the tests
+   bound it at 2%). With rg_options.tf32 (and not .bf16) the same products use tf32 (4x
+   less error). Softmax statistics, exponentials, the
+   output and the gradients are f32 in every mode; the CPU always computes f32. Results
+   repeat bit for bit in every mode (no atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
+/* rg_attention on the heads of a fused projection, read and written in place: qkv
+   [B,T,3C] holds q, k and v as the thirds [0,C), [C,2C), [2C,3C) of its last axis, and
+   head h (of heads, D = C/heads) is columns [h*D, (h+1)*D) of each third. The result is
+   [B,T,C] with head h at columns [h*D, (h+1)*D): what reshaping qkv to [B,T,3*heads,D],
+   transposing axes 1 and 2, slicing q, k, v, rg_attention and transposing and reshaping
+   back computes, without those copies. d: qkv. The last axis must be a multiple of
+   3*heads, else RG_ERR_MISUSE; CUDA limits D and picks the precision as rg_attention. */
+RG_API rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal);
 /* Mean cross-entropy of logits [..., C] against I32 targets [...]; a scalar. A target
    outside [0, C) is RG_ERR_MISUSE at the barrier naming the value. The _ignore variant
    skips targets equal to ignore_index (mean over the rest; 0 if none). d: logits. */

@@ -99,8 +99,9 @@ RG_API rg_tensor rg_nn_mlp_forward(rg_ctx *ctx, const rg_nn_mlp *m, rg_tensor x)
 /* Multi-head causal self-attention with a fused qkv projection, as GPT-2:
    [q k v] = c_attn(x) split along the last axis into thirds; head h of each is columns
    [h*D, (h+1)*D) of its third (D = width/heads); y = c_proj(concat of heads of
-   softmax(q k^T/sqrt(D) + causal mask) v), then dropout. Dropout on the attention weights
-   themselves is not applied (rg_attention is one fused op). */
+   softmax(q k^T/sqrt(D) + causal mask) v), then dropout. The heads are computed in place
+   by rg_attention_qkv on c_attn's output (no copies split them out). Dropout on the
+   attention weights themselves is not applied (the attention is one fused op). */
 typedef struct rg_nn_attention {
   rg_nn_linear c_attn, c_proj;
   int64_t heads;

@@ -1260,7 +1260,8 @@ static void test_null_ctx(void) {
       rg_sum(n, t, 0, 0), rg_mean(n, t, 0, 0), rg_max(n, t, 0, 0), rg_argmax(n, t, 0, 0),
       rg_softmax(n, t), rg_log_softmax(n, t), rg_matmul(n, t, t), rg_linear(n, t, t, t),
       rg_layernorm(n, t, t, t, 1e-5f), rg_rmsnorm(n, t, t, 1e-5f), rg_embedding(n, t, t),
-      rg_attention(n, t, t, t, 1), rg_cross_entropy(n, t, t), rg_cross_entropy_ignore(n, t, t, -1),
+      rg_attention(n, t, t, t, 1), rg_attention_qkv(n, t, 2, 1), rg_cross_entropy(n, t, t),
+      rg_cross_entropy_ignore(n, t, t, -1),
       rg_mse(n, t, t), rg_reshape(n, t, 1, dims), rg_transpose(n, t, 0, 1),
       rg_permute(n, t, perm), rg_slice(n, t, 0, 0, 1), rg_concat(n, t, t, 0),
       rg_dropout(n, t, 0.5f), rg_cast(n, t, RG_BF16), rg_detach(n, t), rg_grad(n, t)};

@@ -154,6 +154,35 @@ static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation *
   y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
   return weigh(c, y);
 }
+/* rg_attention_qkv: the same kernels reading heads as D-column strips of [B,T,3C] rows
+   and writing them into [B,T,C] rows. */
+static rg_tensor qkv_of(rg_ctx *c, int i, int64_t B, int64_t T, int64_t H, int64_t D,
+                        int causal) {
+  char n[16];
+  snprintf(n, sizeof n, "qkv%d", i);
+  return flat(c, rg_attention_qkv(c, P(c, n, D3(B, T, 3 * H * D)), H, causal));
+}
+static out c_attn_qkv(rg_ctx *c) {
+  rg_tensor y = qkv_of(c, 0, 2, 130, 3, 64, 1);              /* GPT-2's D, 3 query tiles */
+  y = rg_concat(c, y, qkv_of(c, 1, 2, 130, 3, 64, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 2, 1, 77, 4, 24, 1), 0);     /* float4 rows of stride 288 */
+  y = rg_concat(c, y, qkv_of(c, 3, 3, 45, 2, 40, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 4, 1, 67, 2, 13, 1), 0);     /* D % 4 != 0: scalar loads */
+  y = rg_concat(c, y, qkv_of(c, 5, 1, 70, 2, 96, 1), 0);     /* 64 < D: DM = 128 kernels */
+  return weigh(c, y);
+}
+/* The tensor-core paths (run with rg_options.bf16 or .tf32 on the CUDA side only, against
+   the CPU's f32): GPT-2's T and D with both layouts, then odd T and D, S != T, and
+   64 < D <= 128. */
+static out c_attn_tc(rg_ctx *c) {
+  rg_tensor y = qkv_of(c, 0, 1, 1024, 2, 64, 1);
+  y = rg_concat(c, y, attn_of(c, 1, 1, 1, 1024, 1024, 64, 0), 0);
+  y = rg_concat(c, y, qkv_of(c, 2, 2, 77, 3, 24, 1), 0);
+  y = rg_concat(c, y, attn_of(c, 3, 1, 2, 70, 45, 40, 0), 0);
+  y = rg_concat(c, y, attn_of(c, 4, 1, 2, 45, 77, 13, 1), 0);
+  y = rg_concat(c, y, qkv_of(c, 5, 1, 65, 2, 96, 1), 0);
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
@@ -219,15 +248,17 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
   return e;
 }
 
-static int g_tf32; /* run_case: the CUDA context uses TF32 tensor cores */
-
-static void run_case(const char *name, build_fn f, double tol) {
+/* mode: 0, or 1 / 2 to open the CUDA context with rg_options.tf32 / .bf16 (the CPU's
+   is f32: its attention ignores both, and the cases run with them use no rg_matmul or
+   rg_linear, which the CPU would round as well). */
+static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   rg_options o = {.quiet = 1, .seed = 11};
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
   rg_open(&c, &o);
   o.device = RG_DEVICE_CUDA;
-  o.tf32 = g_tf32;
+  o.tf32 = mode == 1;
+  o.bf16 = mode == 2;
   rg_open(&g, &o);
   if (!c || !g) {
     CHECK(0, "%s: could not open both contexts", name);
@@ -252,6 +283,33 @@ static void run_case(const char *name, build_fn f, double tol) {
   printf("%-12s %s  worst normalised error %.3g (tolerance %.0e)\n", name,
          worst <= tol && rg_error(g) == RG_OK ? "PASS" : "FAIL", worst, tol);
   CHECK_ST(c, rg_close(c), RG_OK);
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
+static void run_case(const char *name, build_fn f, double tol) {
+  run_case_mode(name, f, tol, 0);
+}
+
+/* The tensor-core attention repeats exactly: the same backward twice, in two steps (the
+   second replays the first's graph), gives the same bits. */
+static void run_attn_repeat(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = 1, .seed = 3});
+  rg_tensor x = rg_param(g, "qkv", RG_F32, D3(2, 300, 3 * 4 * 64), normal(1));
+  int64_t n = rg_numel(g, x);
+  float *r[2] = {malloc(sizeof(float) * (size_t)n), malloc(sizeof(float) * (size_t)n)};
+  for (int s = 0; s < 2; s++) {
+    rg_step_begin(g);
+    rg_zero_grad(g);
+    rg_backward(g, weigh(g, rg_attention_qkv(g, x, 4, 1)).loss);
+    CHECK_ST(g, rg_read(g, rg_grad(g, x), r[s], sizeof(float) * (size_t)n), RG_OK);
+  }
+  int same = !memcmp(r[0], r[1], sizeof(float) * (size_t)n);
+  CHECK(same, "bf16 attention: two identical backward passes differ");
+  printf("%-12s %s  bf16 attention gradients repeat bit for bit\n", "attn-repeat",
+         same ? "PASS" : "FAIL");
+  free(r[0]);
+  free(r[1]);
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
@@ -446,6 +504,14 @@ static void run_attn_limit(void) {
   CHECK(ok, "attention with D = 129 on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
   CHECK_ST(g, rg_step_begin(g), RG_OK);
+  rg_tensor x = rg_param(g, "qkv", RG_F32, D3(1, 4, 3 * 129), normal(1));
+  s = rg_sum(g, rg_attention_qkv(g, x, 1, 1), RG_ALL_AXES, 0);
+  int ok2 = rg_item(g, s, &v) == RG_ERR_UNSUPPORTED && msg_has(g, "D = 129") &&
+            msg_has(g, "rg_attention_qkv");
+  CHECK(ok2, "rg_attention_qkv with D = 129 on CUDA: %s", rg_errmsg(g));
+  ok = ok && ok2;
+  rg_clear_error(g);
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
   CHECK_ST(g, rg_item(g, rg_sum(g, q, RG_ALL_AXES, 0), &v), RG_OK);
   printf("%-12s %s  D = 129 is RG_ERR_UNSUPPORTED, context recovers\n", "attn-limit",
          ok && rg_error(g) == RG_OK ? "PASS" : "FAIL");
@@ -506,7 +572,7 @@ int main(void) {
       {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
-      {"attn-long", c_attn_long, 1e-5},
+      {"attn-long", c_attn_long, 1e-5}, {"attn-qkv", c_attn_qkv, 1e-5},
       {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
@@ -515,9 +581,16 @@ int main(void) {
     run_case(cases[i].name, cases[i].f, cases[i].tol);
   /* TF32 keeps 10 of 23 mantissa bits in the products: relative errors ~ 2^-11 per term,
      ~5e-4 normalised over sums of 40-301 terms; a wrong layout would be O(1). */
-  g_tf32 = 1;
-  run_case("tf32-dW", c_tf32, 3e-3);
-  g_tf32 = 0;
+  run_case_mode("tf32-dW", c_tf32, 3e-3, 1);
+  /* The tensor-core attention against the CPU's f32. bf16 keeps 8 significant bits, so
+     each rounded operand (q, k, v, g, p, ds) is off by up to 2^-9 = 0.2%: the scores and
+     p are off by ~0.3%, o by ~0.5% (p and v rounded again), and dq, dk by ~1% (ds =
+     p (dp - delta) meets both errors, then is rounded). 2e-2 is twice that, still far
+     below the O(1) error of a wrong row, tile or mask. tf32 keeps 11 bits: 4x less. */
+  run_case_mode("attn-tf32", c_attn_tc, 5e-3, 1);
+  run_case_mode("attn-bf16", c_attn_tc, 2e-2, 2);
+  run_case_mode("attn-f32", c_attn_tc, 1e-5, 0); /* the same shapes, exact path: tight */
+  run_attn_repeat();
   run_training();
   run_checkpoint();
   run_graphs();

@@ -178,8 +178,14 @@ static void test_attention(void) {
   float x[B * T * C];
   for (int i = 0; i < B * T * C; i++) x[i] = rnd_uniform(&s);
   CHECK_OK(ctx, rg_step_begin(ctx));
-  rg_tensor y = rg_nn_attention_forward(ctx, &a, rg_input(ctx, RG_F32, 3,
-                                                          (const int64_t[]){B, T, C}, x));
+  rg_tensor xin = rg_input(ctx, RG_F32, 3, (const int64_t[]){B, T, C}, x);
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  rg_tensor y = rg_nn_attention_forward(ctx, &a, xin);
+  rg_stats_get(ctx, &s1);
+  /* c_attn, the attention on the heads in place, c_proj: no copies split the heads */
+  CHECK(s1.nodes_recorded - s0.nodes_recorded == 3, "the layer recorded %llu nodes, want 3",
+        (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
   float got[B * T * C] = {0};
   CHECK_OK(ctx, rg_read(ctx, y, got, sizeof got));
   float *wa = read_all(ctx, a.c_attn.w), *ba = read_all(ctx, a.c_attn.b);

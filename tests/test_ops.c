@@ -196,8 +196,8 @@ enum {
   O_ADD, O_SUB, O_MUL, O_DIV, O_SCALE, O_POW, O_NEG, O_EXP, O_LOG, O_SQRT, O_RELU, O_GELU,
   O_SILU, O_SIGMOID, O_TANH, O_CLAMP, O_SUM, O_MEAN, O_MAX, O_SOFTMAX, O_LOG_SOFTMAX,
   O_MATMUL, O_LINEAR, O_LINEAR_ACT, O_LAYERNORM, O_RMSNORM, O_EMBEDDING, O_ATTENTION, O_CE,
-  O_CE_IGNORE,
-  O_MSE, O_RESHAPE, O_TRANSPOSE, O_PERMUTE, O_SLICE, O_CONCAT, O_DROPOUT
+  O_CE_IGNORE, O_MSE, O_RESHAPE, O_TRANSPOSE, O_PERMUTE, O_SLICE, O_CONCAT, O_DROPOUT,
+  O_ATTENTION_QKV, O_ATTENTION_SPLIT
 };
 
 /* One recorded call: operands p[] (parameters, or RG_NONE), baked scalars, and an I32
@@ -213,6 +213,17 @@ typedef struct opcall {
   int ix_nd;
   int64_t ix_dims[RG_MAX_DIMS];
 } opcall;
+
+/* What rg_attention_qkv(qkv, heads, causal) replaces: the heads split out of qkv
+   [B,T,3C] by reshape, transpose and slices, rg_attention, and the result put back. */
+static rg_tensor attention_split(rg_ctx *ctx, rg_tensor qkv, int64_t H, int causal) {
+  int64_t B = rg_dim(ctx, qkv, 0), T = rg_dim(ctx, qkv, 1), C = rg_dim(ctx, qkv, 2) / 3;
+  rg_tensor x = rg_reshape(ctx, qkv, 4, (int64_t[]){B, T, 3 * H, C / H});
+  x = rg_transpose(ctx, x, 1, 2);
+  rg_tensor y = rg_attention(ctx, rg_slice(ctx, x, 1, 0, H), rg_slice(ctx, x, 1, H, H),
+                             rg_slice(ctx, x, 1, 2 * H, H), causal);
+  return rg_reshape(ctx, rg_transpose(ctx, y, 1, 2), 3, (int64_t[]){B, T, C});
+}
 
 static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
   rg_tensor a = c->p[0], b = c->p[1], d = c->p[2], ix = RG_NONE;
@@ -246,6 +257,8 @@ static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
   case O_RMSNORM: return rg_rmsnorm(ctx, a, b, c->f[0]);
   case O_EMBEDDING: return rg_embedding(ctx, a, ix);
   case O_ATTENTION: return rg_attention(ctx, a, b, d, c->i[0]);
+  case O_ATTENTION_QKV: return rg_attention_qkv(ctx, a, c->i[1], c->i[0]);
+  case O_ATTENTION_SPLIT: return attention_split(ctx, a, c->i[1], c->i[0]);
   case O_CE: return rg_cross_entropy(ctx, a, ix);
   case O_CE_IGNORE: return rg_cross_entropy_ignore(ctx, a, ix, c->i[0]);
   case O_MSE: return rg_mse(ctx, a, b);
@@ -1410,6 +1423,84 @@ static void t_attention(void) {
   close_ctx(ctx);
 }
 
+/* rg_attention_qkv on qkv [B,T,3C] with H heads: (1) against ref_attention of the heads
+   copied out here, (2) the same bits as the composition it replaces (attention_split),
+   forward and gradient, (3) by finite differences. */
+static void attention_qkv_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal,
+                               int grad) {
+  char what[128];
+  snprintf(what, sizeof what, "rg_attention_qkv B%lld T%lld H%lld D%lld %s", (long long)B,
+           (long long)T, (long long)H, (long long)D, causal ? "causal" : "full");
+  int64_t C = H * D, n = B * T * 3 * C, no = B * T * C;
+  float *x = malloc(sizeof(float) * (size_t)(n + 1)), *qkv[3];
+  float *got = malloc(sizeof(float) * (size_t)(n + 1));
+  float *ref = malloc(sizeof(float) * (size_t)(n + 1));
+  double *heads = calloc((size_t)(no + 1), sizeof(double));
+  double *want = calloc((size_t)(no + 1), sizeof(double));
+  fill(x, n, -1.5, 1.5);
+  for (int w = 0; w < 3; w++) { /* q, k, v as [B,H,T,D] */
+    qkv[w] = malloc(sizeof(float) * (size_t)(no + 1));
+    for (int64_t i = 0; i < no; i++) {
+      int64_t d = i % D, t = i / D % T, h = i / (D * T) % H, b = i / (D * T * H);
+      qkv[w][i] = x[(b * T + t) * 3 * C + w * C + h * D + d];
+    }
+  }
+  ref_attention(qkv[0], qkv[1], qkv[2], B * H, T, T, D, causal, heads);
+  for (int64_t i = 0; i < no; i++) { /* [B,H,T,D] -> [B,T,C] */
+    int64_t d = i % D, t = i / D % T, h = i / (D * T) % H, b = i / (D * T * H);
+    want[(b * T + t) * C + h * D + d] = heads[i];
+  }
+  rg_ctx *ctx = open_ctx();
+  if (ctx) {
+    opcall c = {.op = O_ATTENTION_QKV, .i = {causal, (int)H}};
+    c.p[0] = param(ctx, 3, (int64_t[]){B, T, 3 * C}, x);
+    check_out(ctx, apply(ctx, &c), 3, (int64_t[]){B, T, C}, want, 3e-6, what); /* as above */
+    /* The same kernel on the same values in the same order: equal bits. Forward through
+       the loss, then the gradient (the split's slices only add zeros to it). */
+    opcall split = c;
+    split.op = O_ATTENTION_SPLIT;
+    float lq = 0, ls = 0;
+    rg_step_begin(ctx);
+    rg_status st = rg_item(ctx, loss_of(ctx, &c), &lq);
+    if (st == RG_OK) st = rg_item(ctx, loss_of(ctx, &split), &ls);
+    CHECK(st == RG_OK && lq == ls, "%s: loss %.9g, the split composition's %.9g: %s", what,
+          lq, ls, rg_errmsg(ctx));
+    if (grad_of(ctx, &c, c.p[0], got, n, what) && grad_of(ctx, &split, c.p[0], ref, n, what))
+      check_exact(what, got, ref, n);
+    if (grad) gradcheck(ctx, &c, 1e-2, 2e-3, what); /* as rg_attention's */
+    close_ctx(ctx);
+  }
+  for (int w = 0; w < 3; w++) free(qkv[w]);
+  free(x);
+  free(got);
+  free(ref);
+  free(heads);
+  free(want);
+}
+
+static void t_attention_qkv(void) {
+  for (int causal = 0; causal <= 1; causal++) {
+    attention_qkv_case(1, 3, 2, 4, causal, 1);
+    attention_qkv_case(2, 4, 1, 2, causal, 1);
+    attention_qkv_case(1, 1, 3, 3, causal, 1); /* T = 1 */
+    attention_qkv_case(2, 5, 2, 8, causal, 0);
+    attention_qkv_case(1, 7, 3, 5, causal, 0); /* odd T and D */
+  }
+  attention_qkv_case(1, 0, 2, 2, 1, 0); /* no positions */
+  attention_qkv_case(0, 3, 2, 2, 1, 0); /* no batch */
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  rg_tensor x = param(ctx, 3, (int64_t[]){2, 3, 24}, NULL);
+  expect_misuse(ctx, rg_attention_qkv(ctx, x, 5, 1), "rg_attention_qkv",
+                "24 columns, 5 heads");
+  expect_misuse(ctx, rg_attention_qkv(ctx, x, 0, 1), "rg_attention_qkv", "0 heads");
+  expect_misuse(ctx, rg_attention_qkv(ctx, param(ctx, 3, (int64_t[]){2, 3, 25}, NULL), 1, 0),
+                "rg_attention_qkv", "25 columns");
+  expect_misuse(ctx, rg_attention_qkv(ctx, param(ctx, 2, (int64_t[]){3, 24}, NULL), 2, 1),
+                "rg_attention_qkv", "2-D qkv");
+  close_ctx(ctx);
+}
+
 /* ======================================================================================
    cross entropy, mse
    ====================================================================================== */
@@ -2416,6 +2507,7 @@ static const test_case tests[] = {
     {"rg_linear_act", t_linear_act},
     {"rg_layernorm", t_layernorm}, {"rg_rmsnorm", t_rmsnorm},
     {"rg_embedding", t_embedding}, {"rg_attention", t_attention},
+    {"rg_attention_qkv", t_attention_qkv},
     {"rg_cross_entropy", t_cross_entropy}, {"rg_cross_entropy_ignore", t_cross_entropy_ignore},
     {"rg_mse", t_mse},         {"rg_reshape", t_reshape},
     {"rg_transpose", t_transpose}, {"rg_permute", t_permute},

@@ -195,10 +195,18 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
   }
   case RG_OP_EMBEDDING: gin[0] = op1(ctx, RG_OP_EMBEDDING_BWD, y, g, 0, sx, NULL, NULL); break;
   case RG_OP_ATTENTION: {
-    uint32_t in[RG_MAX_IN] = {x, y, n->in[2], g}, o[RG_MAX_OUT] = {0};
+    uint32_t in[RG_MAX_IN] = {x, y, n->in[2], n->out[0], g, n->out[1]};
+    uint32_t o[RG_MAX_OUT] = {0};
     rg_shape outs[RG_MAX_OUT] = {sx, sy, rg__shape(ctx, n->in[2])};
     if (rg__emit(ctx, RG_OP_ATTENTION_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)
       memcpy(gin, o, sizeof o);
+    break;
+  }
+  case RG_OP_ATTENTION_QKV: {
+    uint32_t in[RG_MAX_IN] = {x, n->out[0], g, n->out[1]}, o[RG_MAX_OUT] = {0};
+    rg_shape outs[RG_MAX_OUT] = {sx, {0, -1, {0}}, {0, -1, {0}}};
+    if (rg__emit(ctx, RG_OP_ATTENTION_QKV_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)
+      gin[0] = o[0];
     break;
   }
   case RG_OP_CROSS_ENTROPY:

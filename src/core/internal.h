@@ -17,7 +17,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
-#define RG_MAX_IN 4
+#define RG_MAX_IN 6 /* ATTENTION_BWD: q, k, v, o, g, lse */
 #define RG_MAX_OUT 3
 #define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
 

@@ -366,6 +366,20 @@ rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx) {
   return emit1(ctx, RG_OP_EMBEDDING, in, o, NULL, NULL);
 }
 
+/* Either attention op: out o of shape so and the log-sum-exp of each query row, [B,H,T],
+   which the backward reads instead of running the forward again. The products' precision
+   follows the context's autocast options at record time (ops.h). */
+static rg_tensor attention_emit(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_shape so,
+                                int64_t heads, int causal) {
+  int64_t T = op == RG_OP_ATTENTION ? so.dims[2] : so.dims[1];
+  rg_shape outs[2] = {so, {RG_F32, 3, {so.dims[0], heads, T}}};
+  int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads,
+                   ctx->opt.bf16 ? 2 : ctx->opt.tf32 ? 1 : 0, 0};
+  uint32_t out[RG_MAX_OUT] = {0};
+  return rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
+                                                                   : RG_NONE;
+}
+
 rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
   const char *call = "rg_attention";
   uint32_t in[3];
@@ -382,8 +396,29 @@ rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int c
   if (memcmp(sk.dims, sv.dims, sizeof sk.dims))
     return shape_error(ctx, call, "do not fit: k and v must have the same shape", &sk, &sv),
            RG_NONE;
-  int64_t iv[4] = {causal != 0, 0, 0, 0};
-  return emit1(ctx, RG_OP_ATTENTION, in, sq, iv, NULL);
+  return attention_emit(ctx, RG_OP_ATTENTION, in, sq, sq.dims[1], causal);
+}
+
+rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal) {
+  const char *call = "rg_attention_qkv";
+  uint32_t in[1];
+  if (!ctx || !operand(ctx, qkv, call, 1, F32_ONLY, &in[0])) return RG_NONE;
+  rg_shape s = rg__shape(ctx, in[0]);
+  char b[96];
+  rg__fmt_shape(b, sizeof b, s.ndim, s.dims);
+  if (s.ndim != 3)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "qkv is %s but must be [B,T,3C] (q, k and v "
+                    "side by side on the last axis, as a fused projection makes them)", b),
+           RG_NONE;
+  if (heads <= 0)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "heads %lld must be positive", (long long)heads),
+           RG_NONE;
+  if (s.dims[2] % (3 * heads))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "qkv is %s: its last axis %lld must be 3C with "
+                    "C a multiple of heads %lld (q, k and v of C = heads x D columns each)",
+                    b, (long long)s.dims[2], (long long)heads), RG_NONE;
+  s.dims[2] /= 3;
+  return attention_emit(ctx, RG_OP_ATTENTION_QKV, in, s, heads, causal);
 }
 
 static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_ignore,

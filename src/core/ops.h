@@ -31,8 +31,15 @@
  *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance.
  *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
- *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> [B,H,T,D]; i[0] causal (key s
- *            masked when s > t); scale 1/sqrt(D).
+ *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> o [B,H,T,D], lse [B,H,T]; i[0]
+ *            causal (key s masked when s > t); scale 1/sqrt(D); lse = log sum_s exp(score)
+ *            of each query row (0 when it sees no key), kept for the backward;
+ *            i[2] = the products' precision: 0 f32, 1 tf32, 2 bf16 (rg_options.bf16, else
+ *            .tf32, at record time; CUDA only, the CPU computes f32).
+ *  ATTENTION_QKV qkv [B,T,3C] -> o [B,T,C], lse [B,H,T]: ATTENTION on heads read in place,
+ *            i[0] causal, i[1] = H heads of D = C/H, i[2] as ATTENTION. Head h's q, k, v
+ *            are columns h D + [0,D) of the thirds [0,C), [C,2C), [2C,3C) of each row; its
+ *            output is columns h D + [0,D).
  *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean; i[0] = has ignore,
  *            i[1] = ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
@@ -52,7 +59,8 @@
  *  LAYERNORM_BWD (x, gamma opt, g; f[0]) -> dx, dgamma [C], dbeta [C]
  *  RMSNORM_BWD   (x, gamma opt, g; f[0]) -> dx, dgamma [C]
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
- *  ATTENTION_BWD (q, k, v, g; i[0] causal) -> dq, dk, dv
+ *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv
+ *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C]
  *  CROSS_ENTROPY_BWD (logits, targets, g scalar; i[0], i[1]) -> dlogits
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
@@ -106,7 +114,8 @@
   X(LAYERNORM, layernorm, "rg_layernorm", 3, 1)               \
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
-  X(ATTENTION, attention, "rg_attention", 3, 1)               \
+  X(ATTENTION, attention, "rg_attention", 3, 2)               \
+  X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2)   \
   X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 1)   \
   X(MSE, mse, "rg_mse", 2, 1)                                 \
   X(COPY, copy, "rg_copy", 1, 1)                              \
@@ -127,7 +136,8 @@
   X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 3, 3)      \
   X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 3, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
-  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 4, 3)      \
+  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \
+  X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1) \
   X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 3, 1) \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \

@@ -3,86 +3,158 @@
  * style: the T x S matrix of scores never exists in memory, only 64 x 64 tiles of it in
  * registers and shared memory. Mirrors the attention section of src/cpu/nn.c.
  *
- * q [BH,T,D], k and v [BH,S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j is
- * masked from query t when j > t. A row with no visible key (only when S == 0) gives o = 0.
+ * Per head: q [T,D], k and v [S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j
+ * is masked from query t when j > t. A row with no visible key (only when S == 0) gives
+ * o = 0. The same kernels serve rg_attention (heads dense in [B,H,T,D]) and
+ * rg_attention_qkv (heads are D-column strips of the rows of [B,T,3C] and [B,T,C]): each
+ * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
+ *
+ * Precision (the node's i[2], from rg_options at record time). Tensors are F32 in memory
+ * in every mode; softmax statistics (running max, sum, lse, delta), the exponentials and
+ * the outputs are f32. Only the six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g)
+ * differ:
+ *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU);
+ *  - tf32 (1): wmma m16n16k8 on the f32 tiles, each operand rounded to tf32 (10 mantissa
+ *    bits) as the fragment is loaded, f32 accumulation;
+ *  - bf16 (2): wmma m16n16k16 on bf16 tiles: q, k, v and g are rounded to bf16 (8 bits,
+ *    round to nearest even) as the tiles are filled, p and ds as they are written; f32
+ *    accumulation.
+ * The tensor cores' result fragments go through a shared f32 tile (their register layout
+ * is opaque), from which each thread takes its entries in the layout the f32 path keeps
+ * them in, so everything around the products is the same code in every mode. The sums
+ * that need no rescaling (dq, dk, dv) stay in fragments for the whole loop and go through
+ * the shared tile once, at the end.
  *
  * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
  * and walks the other side in tiles of 64. Rows are copied from global memory into shared
- * tiles [64][DM + 4], zero past the tensor's last row and past D; DM is the template bound
- * on D (64 or 128: D <= 128 is what the backend supports). Threads form a 16 x 16 grid,
- * ty = tid / 16, tx = tid % 16:
- *  - a 64 x 64 product A B^T over d (scores q.k, g.v) is a 4 x 4 register micro-tile per
- *    thread: rows 4 ty + i, columns tx + 16 j, each entry an FMA chain over d = 0, 1, ...
- *    (the same chain in every pass, so the backward rebuilds the forward's scores bit for
- *    bit);
+ * tiles [64][LD], zero past the tensor's last row and past D; DM is the template bound on
+ * D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32, tf32) or
+ * DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
+ *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
+ *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
+ *    d = 0, 1, ... (the same chain in every pass, so the backward rebuilds the forward's
+ *    scores bit for bit);
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
- *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order.
+ *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
+ * With tensor cores, warp w computes the 16 x 16 result blocks w, w + 8, ... (row block
+ * f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds them, for
+ * dq, dk and dv).
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
  * float4 of one row) hit 8 different groups of 4 banks, and the scalar stores of P hit 32
- * banks.
+ * banks. bf16 rows of DM + 8 are 16 bytes past a multiple of 128, so the 8 rows a wmma
+ * load reads at once start in 8 different groups of 4 banks. wmma needs 32-byte aligned
+ * fragment addresses and strides of 16 bytes: every tile size and 16-row step here is a
+ * multiple of 32 bytes.
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
- * output accumulator rescaled by exp(m_old - m_new) when m grows), o = acc / l at the end.
- * Masked entries get s = -inf and p = 0 exactly (never exp(-inf - -inf)). They still meet
- * the products as 0 * v: a non-finite v (or k) of a key masked from row t but inside a tile
- * row t visits makes row t NaN, where the CPU, which skips masked keys, stays finite (the
- * later rows that see that key are non-finite on both).
+ * output accumulator rescaled by exp(m_old - m_new) when m grows), o = acc / l at the end,
+ * and lse = m + log l per query row, the op's second output (0 for a row that sees no
+ * key, as on the CPU: it is never read, and stays finite for check_finite). Masked entries get s = -inf
+ * and p = 0 exactly (never exp(-inf - -inf)). They still meet the products as 0 * v: a
+ * non-finite v (or k) of a key masked from row t but inside a tile row t visits makes row
+ * t NaN, where the CPU, which skips masked keys, stays finite (the later rows that see
+ * that key are non-finite on both).
  *
- * Backward, two kernels, no atomics (every output element is summed by one thread in a
- * fixed order, so results repeat exactly):
- *  1. per query tile: the forward's loop again, giving lse = m + log l and
- *     delta = sum_d g o (= sum_j p_j dp_j), saved in scratch (8 bytes a query row); then,
- *     if dq is wanted, a second loop over the same key tiles: p = exp(s - lse),
- *     dp = g.v, ds = p (dp - delta) scale, dq = sum_j ds_j k_j.
- *  2. per key tile: over the query tiles that see its keys, p and ds again (from the
- *     saved lse and delta), dv = sum_t p_t g_t and dk = sum_t ds_t q_t.
+ * Backward, two kernels, no atomics (every output element is summed by one thread, or
+ * one tensor-core fragment chain, in a fixed order, so results repeat exactly):
+ *  1. per query tile: delta = sum_d g o from the forward's o, saved in scratch (4 bytes a
+ *     query row); then, if dq is wanted, a loop over the key tiles: p = exp(s - lse) with
+ *     the forward's lse, dp = g.v, ds = p (dp - delta) scale, dq = sum_j ds_j k_j.
+ *  2. per key tile: over the query tiles that see its keys, p and ds again (from lse and
+ *     delta), dv = sum_t p_t g_t and dk = sum_t ds_t q_t.
+ * So the backward runs 7 tile products where the forward runs 2 (dq in kernel 2 would
+ * save 2 of them, but only through float atomics or a [T/64, T, D] buffer per head).
  *
- * Resources per block (DM = 64 / 128): shared memory 68 / 116 KB (forward), 85 / 149 KB
- * (kernel 1), 102 / 166 KB (kernel 2), all above the 48 KB default, so each launch opts
- * in. At DM = 64 two blocks fit an SM, and __launch_bounds__ caps registers at 128 for it
- * (ptxas with nvcc 13: no spills); at DM = 128 one block fits, registers are not capped.
+ * Resources per block, shared memory in KB for DM = 64 / 128:
+ *            forward      kernel 1     kernel 2
+ *   f32      68 / 116     85 / 149    102 / 166
+ *   tf32     85 / 149    102 / 182    119 / 199
+ *   bf16     53 / 93      62 / 110     71 / 119
+ * All are above the 48 KB default, so each launch opts in. At DM = 64 two blocks fit an
+ * SM (except kernel 2 in tf32), and __launch_bounds__ caps registers at 128 for it (ptxas
+ * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32 and kernel 1 in bf16);
+ * at DM = 128 one block fits, registers are not capped.
  *
  * Barriers: every loop iteration is  sync (the previous iteration's readers are done) ->
- * fill tiles -> sync -> scores, write P -> sync -> products from P. Anything read after a
- * loop that may run zero times is fenced by its own sync.
+ * fill tiles -> sync -> scores, write P -> sync -> products from P. A tensor-core product
+ * into registers adds two of its own: sync (the previous product's readers of Sc are
+ * done) -> fragments to Sc -> sync -> each thread reads its entries; so does the final
+ * read-out of a sum kept in fragments. Anything read after a loop that may run zero times
+ * is fenced by its own sync.
  */
 #include "cuda.h"
 
 #include <math.h>
+#include <mma.h>
 #include <stdio.h>
+#include <string.h>
+#include <type_traits>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
+
+namespace wm = nvcuda::wmma;
 
 #define FULL 0xffffffffu
 #define NT 256      /* threads per block: a 16 x 16 grid */
 #define TR 64       /* rows of a tile (queries or keys) */
-#define LDP (TR + 4) /* stride of the P / dS tiles [64][64] */
+#define LDS (TR + 4) /* stride of a 64 x 64 result in Sc */
 #define DMAX 128    /* largest supported head size */
 /* Blocks per SM the register allocation must allow: two at DM = 64 (their shared memory
    fits twice), one at DM = 128 (it does not, so registers need not be capped). */
 #define MINB(DM) ((DM) == 64 ? 2 : 1)
 
+enum { P_F32 = 0, P_TF32 = 1, P_BF16 = 2 }; /* the node's i[2] */
+
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Where the rows of one head live: row t of head bh = (b, h) starts at element
+   b sb + h sh + t sr. rg_attention's [B,H,T,D] operands are dense (sr = D);
+   rg_attention_qkv's heads are D-column strips of [B,T,3C] (sr = 3C) and of its [B,T,C]
+   output (sr = C), so both ops run the same kernels and neither copies a head out. */
+typedef struct att_lay { int64_t sb, sh, sr; } att_lay;
+
+/* q and dq use lay q; k, v, dk and dv lay k; o and g lay o. */
 typedef struct att_dims {
-  int64_t BH;
+  int64_t BH, H;
+  att_lay q, k, o;
   int T, S, D;
-  int dn;     /* D rounded up to 4: the extent of the score dot products */
+  int dn;     /* D rounded up to 16: the extent of the score dot products (zero past D) */
   int causal;
-  int vec;    /* D % 4 == 0 and every pointer 16-byte aligned: float4 global access */
+  int vec;    /* D and every stride % 4 == 0, every pointer 16-byte aligned: float4 access */
   float scale;
 } att_dims;
 
-/* A [64][DM] tile in shared memory, and what one thread does with it. */
-template <int DM> struct tl {
-  static constexpr int LD = DM + 4;              /* row stride, 4 mod 32 */
-  static constexpr int SIZE = TR * LD;           /* floats */
+/* The operands and results of either op: head 0 of batch 0 of each. lse [BH,T] is the
+   forward's second output and the backward's input. */
+typedef struct att_io {
+  const float *q, *k, *v, *o, *g;
+  float *out, *lse, *dq, *dk, *dv;
+} att_io;
+
+/* Shared tiles of precision PR: element type, strides, sizes. */
+template <int PR> struct elt { typedef float T; };
+template <> struct elt<P_BF16> { typedef __nv_bfloat16 T; };
+
+template <int DM, int PR> struct tl {
+  typedef typename elt<PR>::T T;
+  static constexpr int PAD = PR == P_BF16 ? 8 : 4;
+  static constexpr int LD = DM + PAD;            /* row stride of q, k, v, g tiles */
+  static constexpr int LDP = TR + PAD;           /* row stride of the P / dS tiles */
+  static constexpr int SIZE = TR * LD;           /* elements */
+  static constexpr int PSIZE = TR * LDP;
   static constexpr int PER = TR * DM / 4 / NT;   /* float4 one thread moves per fill */
   static constexpr int H = DM / 64;              /* float4 per thread per output row */
+  static constexpr int LDO = DM + 4;             /* stride of a 64 x DM result in Sc */
+  static constexpr size_t SC = PR == P_F32 ? 0 : sizeof(float) * TR * LDO; /* Sc bytes */
 };
+
+/* Offset of head bh's first row in layout l. */
+__device__ __forceinline__ int64_t head_at(const att_dims &a, const att_lay &l, int64_t bh) {
+  return bh / a.H * l.sb + bh % a.H * l.sh;
+}
 
 __device__ __forceinline__ int tx_(void) { return (int)(threadIdx.x & 15); }
 __device__ __forceinline__ int ty_(void) { return (int)(threadIdx.x >> 4); }
@@ -102,17 +174,17 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
 }
 
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
-   first shared store: fetch rows [0, n) of the [*, D] matrix at src into registers (zero
-   past row n and past D), then stash them in a shared tile. */
+   first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
+   (zero past row n and past D), then stash them in a shared tile. */
 template <int DM>
-__device__ __forceinline__ void fetch(float4 (&r)[tl<DM>::PER], const float *src, int n,
-                                      const att_dims &a) {
+__device__ __forceinline__ void fetch(float4 (&r)[tl<DM, 0>::PER], const float *src, int n,
+                                      int64_t ld, const att_dims &a) {
 #pragma unroll
-  for (int k = 0; k < tl<DM>::PER; k++) {
+  for (int k = 0; k < tl<DM, 0>::PER; k++) {
     int i = (int)threadIdx.x + k * NT, row = i / (DM / 4), d = i % (DM / 4) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row < n && d < a.D) {
-      const float *p = src + (int64_t)row * a.D + d;
+      const float *p = src + row * ld + d;
       if (a.vec) {
         v = *(const float4 *)p; /* D % 4 == 0: d + 3 < D */
       } else {
@@ -125,24 +197,36 @@ __device__ __forceinline__ void fetch(float4 (&r)[tl<DM>::PER], const float *src
     r[k] = v;
   }
 }
-template <int DM>
-__device__ __forceinline__ void stash(float *dst, const float4 (&r)[tl<DM>::PER]) {
+__device__ __forceinline__ void put4(float *p, const float4 &v) { *(float4 *)p = v; }
+__device__ __forceinline__ void put4(__nv_bfloat16 *p, const float4 &v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  memcpy(&u.x, &lo, 4);
+  memcpy(&u.y, &hi, 4);
+  *(uint2 *)p = u; /* 8-byte aligned: d % 4 == 0 and LD * 2 % 8 == 0 */
+}
+template <int DM, int PR>
+__device__ __forceinline__ void stash(typename tl<DM, PR>::T *dst,
+                                      const float4 (&r)[tl<DM, 0>::PER]) {
 #pragma unroll
-  for (int k = 0; k < tl<DM>::PER; k++) {
+  for (int k = 0; k < tl<DM, 0>::PER; k++) {
     int i = (int)threadIdx.x + k * NT, row = i / (DM / 4), d = i % (DM / 4) * 4;
-    *(float4 *)(dst + row * tl<DM>::LD + d) = r[k];
+    put4(dst + row * tl<DM, PR>::LD + d, r[k]);
   }
 }
-/* Two tiles at once (k and v, or q and g). */
-template <int DM>
-__device__ __forceinline__ void fill2(float *da, const float *sa, float *db, const float *sb,
+/* Two tiles at once (k and v, or q and g), of row strides la and lb. */
+template <int DM, int PR>
+__device__ __forceinline__ void fill2(typename tl<DM, PR>::T *da, const float *sa, int64_t la,
+                                      typename tl<DM, PR>::T *db, const float *sb, int64_t lb,
                                       int n, const att_dims &a) {
-  float4 ra[tl<DM>::PER], rb[tl<DM>::PER];
-  fetch<DM>(ra, sa, n, a);
-  fetch<DM>(rb, sb, n, a);
-  stash<DM>(da, ra);
-  stash<DM>(db, rb);
+  float4 ra[tl<DM, 0>::PER], rb[tl<DM, 0>::PER];
+  fetch<DM>(ra, sa, n, la, a);
+  fetch<DM>(rb, sb, n, lb, a);
+  stash<DM, PR>(da, ra);
+  stash<DM, PR>(db, rb);
 }
+
+/* ---- the f32 products: FMA chains in registers ---- */
 
 /* acc[i][j] += A[4 ty + i] . B[tx + 16 j] over d in [0, dn): A and B are shared tiles of
    stride LD, zero past D. */
@@ -173,8 +257,8 @@ __device__ __forceinline__ void mm_nt(const float *A, const float *B, int dn,
    P a [64][64] tile of stride LDP, M a shared tile of stride LD. */
 template <int DM>
 __device__ __forceinline__ void mm_nn(const float *P, const float *M,
-                                      float (&acc)[4][4 * tl<DM>::H]) {
-  constexpr int LD = tl<DM>::LD, H = tl<DM>::H;
+                                      float (&acc)[4][4 * tl<DM, 0>::H]) {
+  constexpr int LD = tl<DM, 0>::LD, LDP = tl<DM, 0>::LDP, H = tl<DM, 0>::H;
   const float *pp = P + ty_() * 4 * LDP, *pm = M + tx_() * 4;
 #pragma unroll 2
   for (int c = 0; c < TR; c += 4) {
@@ -198,21 +282,120 @@ __device__ __forceinline__ void mm_nn(const float *P, const float *M,
   }
 }
 
+/* ---- the tensor-core products: wmma into Sc, then each thread's entries ---- */
+
+/* Fragment types of precision PR: k extent and the operand's element type. */
+template <int PR> struct wf;
+template <> struct wf<P_BF16> {
+  static constexpr int K = 16;
+  typedef __nv_bfloat16 E;
+  typedef __nv_bfloat16 T;
+};
+template <> struct wf<P_TF32> {
+  static constexpr int K = 8;
+  typedef wm::precision::tf32 E;
+  typedef float T;
+};
+
+/* Loads a fragment from shared memory; tf32 rounds each element as it arrives. */
+template <int PR, typename Frag>
+__device__ __forceinline__ void load_frag(Frag &f, const typename wf<PR>::T *p, int ld) {
+  wm::load_matrix_sync(f, p, ld);
+  if (PR == P_TF32)
+#pragma unroll
+    for (int t = 0; t < f.num_elements; t++) f.x[t] = wm::__float_to_tf32(f.x[t]);
+}
+
+/* Sc[64][ldo] = A B over k in [0, kd), the 64 x 16 NB result in 16 x 16 blocks, warp w
+   computing blocks w, w + 8, ... A is [64][lda] row-major. BT: B = M^T for a tile M
+   [16 NB][ldb] (the scores' k^T, whose columns are rows of k); else B is the tile
+   [kd][ldb] itself. Brackets Sc's writes with the barriers that make it safe: the
+   previous product's readers of Sc are done before, the result is whole after. */
+template <int PR, int NB, bool BT>
+__device__ __forceinline__ void tc_mm(const typename wf<PR>::T *A, int lda,
+                                      const typename wf<PR>::T *B, int ldb, int kd, float *Sc,
+                                      int ldo) {
+  constexpr int K = wf<PR>::K;
+  typedef typename wf<PR>::E E;
+  typedef typename std::conditional<BT, wm::col_major, wm::row_major>::type BL;
+  wm::fragment<wm::matrix_a, 16, 16, K, E, wm::row_major> fa;
+  wm::fragment<wm::matrix_b, 16, 16, K, E, BL> fb;
+  wm::fragment<wm::accumulator, 16, 16, K, float> fc;
+  __syncthreads();
+  for (int f = (int)threadIdx.x / 32; f < 4 * NB; f += NT / 32) {
+    int r0 = f / NB * 16, c0 = f % NB * 16;
+    wm::fill_fragment(fc, 0.f);
+#pragma unroll 4
+    for (int k = 0; k < kd; k += K) {
+      load_frag<PR>(fa, A + r0 * lda + k, lda);
+      load_frag<PR>(fb, B + (BT ? c0 * ldb + k : k * ldb + c0), ldb);
+      wm::mma_sync(fc, fa, fb, fc);
+    }
+    wm::store_matrix_sync(Sc + r0 * ldo + c0, fc, ldo, wm::mem_row_major);
+  }
+  __syncthreads();
+}
+
+/* ---- the products every mode shares: results in the f32 path's register layout ---- */
+
+/* acc[i][j] += A[4 ty + i] . B[tx + 16 j] (over d): A, B tiles of stride LD. */
+template <int DM, int PR>
+__device__ __forceinline__ void prod_nt(const typename tl<DM, PR>::T *A,
+                                        const typename tl<DM, PR>::T *B, const att_dims &a,
+                                        float *Sc, float (&acc)[4][4]) {
+  if constexpr (PR == P_F32) {
+    mm_nt<tl<DM, PR>::LD>(A, B, a.dn, acc);
+  } else {
+    tc_mm<PR, 4, true>(A, tl<DM, PR>::LD, B, tl<DM, PR>::LD, a.dn, Sc, LDS);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) acc[i][j] += Sc[(4 * ty_() + i) * LDS + tx_() + 16 * j];
+  }
+}
+
+/* acc[i][4 h + e] += (P M)[4 ty + i][64 h + 4 tx + e]: P a 64 x 64 tile of stride LDP, M a
+   tile of stride LD. */
+template <int DM, int PR>
+__device__ __forceinline__ void prod_nn(const typename tl<DM, PR>::T *P,
+                                        const typename tl<DM, PR>::T *M, float *Sc,
+                                        float (&acc)[4][4 * tl<DM, PR>::H]) {
+  if constexpr (PR == P_F32) {
+    mm_nn<DM>(P, M, acc);
+  } else {
+    constexpr int LDO = tl<DM, PR>::LDO;
+    tc_mm<PR, DM / 16, false>(P, tl<DM, PR>::LDP, M, tl<DM, PR>::LD, TR, Sc, LDO);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int h = 0; h < tl<DM, PR>::H; h++) {
+        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
+        acc[i][4 * h] += v.x, acc[i][4 * h + 1] += v.y;
+        acc[i][4 * h + 2] += v.z, acc[i][4 * h + 3] += v.w;
+      }
+  }
+}
+
+__device__ __forceinline__ float get(const float *p) { return *p; }
+__device__ __forceinline__ float get(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void set(float *p, float v) { *p = v; }
+__device__ __forceinline__ void set(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
 /* Writes rows [0, n) and columns [0, D) of the thread's part of a 64 x DM result to the
-   [*, D] matrix at dst, each value times mul[i]. */
+   rows of stride ld at dst, each value times mul[i]. */
 template <int DM>
-__device__ __forceinline__ void store_rows(float *dst, int n, const att_dims &a,
-                                           const float (&acc)[4][4 * tl<DM>::H],
+__device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const att_dims &a,
+                                           const float (&acc)[4][4 * tl<DM, 0>::H],
                                            const float (&mul)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     int r = ty_() * 4 + i;
     if (r >= n) continue;
 #pragma unroll
-    for (int h = 0; h < tl<DM>::H; h++) {
+    for (int h = 0; h < tl<DM, 0>::H; h++) {
       int d = 64 * h + tx_() * 4;
       if (d >= a.D) continue;
-      float *p = dst + (int64_t)r * a.D + d;
+      float *p = dst + r * ld + d;
       float4 v = make_float4(acc[i][4 * h] * mul[i], acc[i][4 * h + 1] * mul[i],
                              acc[i][4 * h + 2] * mul[i], acc[i][4 * h + 3] * mul[i]);
       if (a.vec) {
@@ -234,32 +417,100 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[4][N]) {
     for (int j = 0; j < N; j++) x[i][j] = 0.f;
 }
 
+/* A 64 x DM result summed over a loop of products P M (dq, dk, dv): in the f32 path the
+   thread's registers in the layout of prod_nn; with tensor cores, fragments that stay in
+   registers for the whole loop (warp w holds blocks w, w + 8, ...), so a product costs no
+   trip through Sc and no barrier, and the sum goes through Sc once, at the end. */
+template <int DM, int PR> struct accum {
+  typedef typename wf<PR>::T T;
+  static constexpr int K = wf<PR>::K, NB = DM / 16, NF = 4 * NB / (NT / 32);
+  wm::fragment<wm::accumulator, 16, 16, K, float> f[NF];
+  __device__ __forceinline__ void clear(void) {
+#pragma unroll
+    for (int i = 0; i < NF; i++) wm::fill_fragment(f[i], 0.f);
+  }
+  /* P [64][LDP], M [64][LD]: both whole (the caller's barrier) */
+  __device__ __forceinline__ void add(const T *P, const T *M) {
+    wm::fragment<wm::matrix_a, 16, 16, K, typename wf<PR>::E, wm::row_major> fa;
+    wm::fragment<wm::matrix_b, 16, 16, K, typename wf<PR>::E, wm::row_major> fb;
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+      int b = (int)threadIdx.x / 32 + i * (NT / 32), r0 = b / NB * 16, c0 = b % NB * 16;
+#pragma unroll 4
+      for (int k = 0; k < TR; k += K) {
+        load_frag<PR>(fa, P + r0 * tl<DM, PR>::LDP + k, tl<DM, PR>::LDP);
+        load_frag<PR>(fb, M + k * tl<DM, PR>::LD + c0, tl<DM, PR>::LD);
+        wm::mma_sync(f[i], fa, fb, f[i]);
+      }
+    }
+  }
+  /* Rows [0, n) to dst (row stride ld), through Sc, between the barriers that make it
+     safe. */
+  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
+                                        float *Sc) {
+    constexpr int LDO = tl<DM, PR>::LDO;
+    __syncthreads(); /* Sc's previous readers are done */
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+      int b = (int)threadIdx.x / 32 + i * (NT / 32);
+      wm::store_matrix_sync(Sc + b / NB * 16 * LDO + b % NB * 16, f[i], LDO,
+                            wm::mem_row_major);
+    }
+    __syncthreads();
+    float r[4][4 * tl<DM, PR>::H], one[4] = {1.f, 1.f, 1.f, 1.f};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int h = 0; h < tl<DM, PR>::H; h++) {
+        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
+        r[i][4 * h] = v.x, r[i][4 * h + 1] = v.y, r[i][4 * h + 2] = v.z, r[i][4 * h + 3] = v.w;
+      }
+    store_rows<DM>(dst, n, ld, a, r, one);
+  }
+};
+template <int DM> struct accum<DM, P_F32> {
+  float r[4][4 * tl<DM, P_F32>::H];
+  __device__ __forceinline__ void clear(void) { zero(r); }
+  __device__ __forceinline__ void add(const float *P, const float *M) { mm_nn<DM>(P, M, r); }
+  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
+                                        float *) {
+    float one[4] = {1.f, 1.f, 1.f, 1.f};
+    store_rows<DM>(dst, n, ld, a, r, one);
+  }
+};
+
 /* p = exp(scale s - lse) and ds = p (dp - delta) scale on the thread's entries (row 4 ty + i,
    column tx + 16 j) of a 64 x 64 tile, 0 where vis(i, j) is false: s = A.B^T, dp = C.E^T.
    p goes to P and is read back for ds, so one 4 x 4 accumulator is live at a time (the
    registers matter: two blocks must fit an SM at DM = 64); DS may be P (ds replaces p).
    ROWS: lse and delta belong to rows i (queries are rows), else to columns j. */
-template <int LD, bool ROWS, typename Vis>
-__device__ __forceinline__ void p_ds(const float *A, const float *B, const float *C,
-                                     const float *E, const att_dims &a, const float (&ls)[4],
-                                     const float (&dl)[4], Vis vis, float *P, float *DS) {
+template <int DM, int PR, bool ROWS, typename Vis>
+__device__ __forceinline__ void p_ds(const typename tl<DM, PR>::T *A,
+                                     const typename tl<DM, PR>::T *B,
+                                     const typename tl<DM, PR>::T *C,
+                                     const typename tl<DM, PR>::T *E, const att_dims &a,
+                                     const float (&ls)[4], const float (&dl)[4], Vis vis,
+                                     typename tl<DM, PR>::T *P, typename tl<DM, PR>::T *DS,
+                                     float *Sc) {
+  constexpr int LDP = tl<DM, PR>::LDP;
   float acc[4][4];
   zero(acc);
-  mm_nt<LD>(A, B, a.dn, acc);
+  prod_nt<DM, PR>(A, B, a, Sc, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      P[(4 * ty_() + i) * LDP + tx_() + 16 * j] =
-          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f;
+      set(P + (4 * ty_() + i) * LDP + tx_() + 16 * j,
+          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f);
   zero(acc);
-  mm_nt<LD>(C, E, a.dn, acc);
+  prod_nt<DM, PR>(C, E, a, Sc, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       int e = (4 * ty_() + i) * LDP + tx_() + 16 * j; /* this thread's own p */
-      DS[e] = vis(i, j) ? P[e] * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale : 0.f;
+      float ds = get(P + e) * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale;
+      set(DS + e, vis(i, j) ? ds : 0.f);
     }
 }
 
@@ -276,32 +527,48 @@ __device__ __forceinline__ void query_tile(const att_dims &a, int64_t &bh, int &
 
 /* Key tile j0 (kn rows) into Ks and Vs, between the barriers that make it safe: the
    previous tile's readers of Ks, Vs and Ps are done before, the tile is whole after. */
-template <int DM>
+template <int DM, int PR>
 __device__ __forceinline__ void key_tile(const att_dims &a, const float *Kb, const float *Vb,
-                                         int j0, int kn, float *Ks, float *Vs) {
+                                         int j0, int kn, typename tl<DM, PR>::T *Ks,
+                                         typename tl<DM, PR>::T *Vs) {
   __syncthreads();
-  fill2<DM>(Ks, Kb + (int64_t)j0 * a.D, Vs, Vb + (int64_t)j0 * a.D, kn, a);
+  fill2<DM, PR>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
   __syncthreads();
 }
 
-/* The online softmax over key tiles [0, nk) for the query tile t0 held in Qs: leaves the
-   thread's rows' running max m (of the scaled scores), sum l and unnormalised output o.
-   Uses Ks, Vs, Ps; the caller syncs after Qs is filled and after this returns. */
-template <int DM>
-__device__ __forceinline__ void softmax_rows(const att_dims &a, const float *Kb,
-                                             const float *Vb, int t0, int nk, const float *Qs,
-                                             float *Ks, float *Vs, float *Ps, float (&m)[4],
-                                             float (&l)[4], float (&o)[4][4 * tl<DM>::H]) {
+/* 1 / l, and 0 for a row with no visible key (l == 0; a NaN l stays NaN). */
+__device__ __forceinline__ float inv_or_zero(float l) { return l == 0.f ? 0.f : 1.f / l; }
+
+/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP], Sc. */
+template <int DM, int PR>
+__global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const att_dims a) {
+  typedef typename tl<DM, PR>::T T;
+  constexpr int LDP = tl<DM, PR>::LDP;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  T *Qs = (T *)att_sm, *Ks = Qs + tl<DM, PR>::SIZE, *Vs = Ks + tl<DM, PR>::SIZE;
+  T *Ps = Vs + tl<DM, PR>::SIZE;
+  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
   const int tx = tx_(), ty = ty_();
+  int64_t bh;
+  int t0, nq, nk;
+  query_tile(a, bh, t0, nq, nk);
+  int64_t koff = head_at(a, a.k, bh);
+  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  {
+    float4 r[tl<DM, PR>::PER];
+    fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
+    stash<DM, PR>(Qs, r);
+  }
+  float m[4], l[4], o[4][4 * tl<DM, PR>::H];
 #pragma unroll
   for (int i = 0; i < 4; i++) m[i] = -INFINITY, l[i] = 0.f;
   zero(o);
-  for (int j0 = 0; j0 < nk; j0 += TR) {
+  for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
     int kn = min(TR, nk - j0);
-    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs);
+    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs);
     float s[4][4];
     zero(s);
-    mm_nt<tl<DM>::LD>(Qs, Ks, a.dn, s);
+    prod_nt<DM, PR>(Qs, Ks, a, Sc, s);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       int t = t0 + 4 * ty + i;
@@ -321,129 +588,98 @@ __device__ __forceinline__ void softmax_rows(const att_dims &a, const float *Kb,
       for (int j = 0; j < 4; j++) {
         float p = s[i][j] == -INFINITY ? 0.f : expf(s[i][j] - mu);
         ps += p;
-        Ps[(4 * ty + i) * LDP + tx + 16 * j] = p;
+        set(Ps + (4 * ty + i) * LDP + tx + 16 * j, p);
       }
       l[i] = l[i] * al + sum16(ps);
       m[i] = mn;
 #pragma unroll
-      for (int k = 0; k < 4 * tl<DM>::H; k++) o[i][k] *= al;
+      for (int k = 0; k < 4 * tl<DM, PR>::H; k++) o[i][k] *= al;
     }
     __syncthreads(); /* Ps written */
-    mm_nn<DM>(Ps, Vs, o);
+    prod_nn<DM, PR>(Ps, Vs, Sc, o);
   }
-}
-
-/* 1 / l, and 0 for a row with no visible key (l == 0; a NaN l stays NaN). */
-__device__ __forceinline__ float inv_or_zero(float l) { return l == 0.f ? 0.f : 1.f / l; }
-
-/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. */
-template <int DM>
-__global__ void __launch_bounds__(NT, MINB(DM))
-    att_fwd_k(const float *__restrict__ Q, const float *__restrict__ K,
-              const float *__restrict__ V, float *__restrict__ O, att_dims a) {
-  extern __shared__ float4 att_sm[];
-  float *Qs = (float *)att_sm, *Ks = Qs + tl<DM>::SIZE, *Vs = Ks + tl<DM>::SIZE;
-  float *Ps = Vs + tl<DM>::SIZE;
-  int64_t bh;
-  int t0, nq, nk;
-  query_tile(a, bh, t0, nq, nk);
-  int64_t qoff = (bh * a.T + t0) * a.D, koff = bh * a.S * a.D;
-  {
-    float4 r[tl<DM>::PER];
-    fetch<DM>(r, Q + qoff, nq, a);
-    stash<DM>(Qs, r);
-  }
-  float m[4], l[4], o[4][4 * tl<DM>::H], inv[4];
-  softmax_rows<DM>(a, K + koff, V + koff, t0, nk, Qs, Ks, Vs, Ps, m, l, o);
+  float inv[4];
+  int64_t row = bh * a.T + t0;
 #pragma unroll
-  for (int i = 0; i < 4; i++) inv[i] = inv_or_zero(l[i]);
-  store_rows<DM>(O + qoff, nq, a, o, inv);
+  for (int i = 0; i < 4; i++) {
+    inv[i] = inv_or_zero(l[i]);
+    int r = 4 * ty + i;
+    if (tx == 0 && r < nq) io.lse[row + r] = l[i] == 0.f ? 0.f : m[i] + logf(l[i]);
+  }
+  store_rows<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
 }
 
-/* Backward kernel 1, per query tile: lse and delta of its rows (to scratch), then dq.
-   Shared: Qs, Gs, Ks, Vs [64][LD], Ps [64][LDP] (p in the first loop, ds in the second). */
-template <int DM>
+/* Backward kernel 1, per query tile: delta of its rows (to scratch), then dq. Shared: Qs,
+   Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds), Sc. */
+template <int DM, int PR>
 __global__ void __launch_bounds__(NT, MINB(DM))
-    att_bwd_q_k(const float *__restrict__ Q, const float *__restrict__ K,
-                const float *__restrict__ V, const float *__restrict__ G,
-                float *__restrict__ dQ, float *__restrict__ lse, float *__restrict__ delta,
-                att_dims a) {
-  extern __shared__ float4 att_sm[];
-  float *Qs = (float *)att_sm, *Gs = Qs + tl<DM>::SIZE, *Ks = Gs + tl<DM>::SIZE;
-  float *Vs = Ks + tl<DM>::SIZE, *Ps = Vs + tl<DM>::SIZE;
-  constexpr int LD = tl<DM>::LD, H = tl<DM>::H;
+    att_bwd_q_k(const att_io io, float *__restrict__ delta, const att_dims a) {
+  typedef typename tl<DM, PR>::T T;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  T *Qs = (T *)att_sm, *Gs = Qs + tl<DM, PR>::SIZE, *Ks = Gs + tl<DM, PR>::SIZE;
+  T *Vs = Ks + tl<DM, PR>::SIZE, *Ps = Vs + tl<DM, PR>::SIZE;
+  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
-  int64_t qoff = (bh * a.T + t0) * a.D, koff = bh * a.S * a.D;
-  const float *Kb = K + koff, *Vb = V + koff;
-  fill2<DM>(Qs, Q + qoff, Gs, G + qoff, nq, a);
-  float m[4], l[4], o[4][4 * H];
-  softmax_rows<DM>(a, Kb, Vb, t0, nk, Qs, Ks, Vs, Ps, m, l, o);
-  __syncthreads(); /* Gs filled even when no key tile ran; Ks, Vs, Ps consumed */
+  int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
+  int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
+  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  fill2<DM, PR>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
+  /* delta = g.o from global f32 (the forward's o; g unrounded in every mode) */
   float ls[4], dl[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    float inv = inv_or_zero(l[i]), part = 0.f;
-    const float *g = Gs + (4 * ty + i) * LD + 4 * tx; /* zero past D, and o is too */
-#pragma unroll
-    for (int h = 0; h < H; h++) {
-      float4 gv = *(const float4 *)(g + 64 * h);
-      part = fmaf(gv.x, o[i][4 * h] * inv, part);
-      part = fmaf(gv.y, o[i][4 * h + 1] * inv, part);
-      part = fmaf(gv.z, o[i][4 * h + 2] * inv, part);
-      part = fmaf(gv.w, o[i][4 * h + 3] * inv, part);
+    int r = 4 * ty + i;
+    float part = 0.f;
+    if (r < nq) {
+      const float *g = io.g + goff + r * a.o.sr, *o = io.o + goff + r * a.o.sr;
+      for (int d = tx; d < a.D; d += 16) part = fmaf(g[d], o[d], part);
     }
     dl[i] = sum16(part);
-    ls[i] = l[i] == 0.f ? -INFINITY : m[i] + logf(l[i]); /* -inf: no p is ever built */
-    int r = 4 * ty + i;
-    if (tx == 0 && r < nq) {
-      lse[bh * a.T + t0 + r] = ls[i];
-      delta[bh * a.T + t0 + r] = dl[i];
-    }
+    ls[i] = r < nq ? io.lse[row + r] : 0.f;
+    if (tx == 0 && r < nq) delta[row + r] = dl[i];
   }
-  if (!dQ) return; /* uniform over the block */
-  float dq[4][4 * H];
-  zero(dq);
+  if (!io.dq) return; /* uniform over the block */
+  accum<DM, PR> dq;
+  dq.clear();
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
-    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs);
-    p_ds<LD, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
+    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
+    p_ds<DM, PR, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
       int c = tx + 16 * j;
       return c < kn && (!a.causal || j0 + c <= t0 + 4 * ty + i);
-    }, Ps, Ps);
+    }, Ps, Ps, Sc);
     __syncthreads(); /* Ps written */
-    mm_nn<DM>(Ps, Ks, dq);
+    dq.add(Ps, Ks);
   }
-  float one[4] = {1.f, 1.f, 1.f, 1.f};
-  store_rows<DM>(dQ + qoff, nq, a, dq, one);
+  dq.store(io.dq + qoff, nq, a.q.sr, a, Sc);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
    first key tiles are seen by the most queries): over the query tiles that see its keys,
    in order of t, dv = sum_t p_t g_t and dk = sum_t ds_t q_t. The 4 x 4 micro-tiles here
    are transposed: rows are keys, columns queries. Shared: Ks, Vs, Qs, Gs [64][LD],
-   Pt, Dt [64][LDP] (p and ds, key-major). */
-template <int DM>
+   Pt, Dt [64][LDP] (p and ds, key-major), Sc. */
+template <int DM, int PR>
 __global__ void __launch_bounds__(NT, MINB(DM))
-    att_bwd_kv_k(const float *__restrict__ Q, const float *__restrict__ K,
-                 const float *__restrict__ V, const float *__restrict__ G,
-                 const float *__restrict__ lse, const float *__restrict__ delta,
-                 float *__restrict__ dK, float *__restrict__ dV, att_dims a) {
-  extern __shared__ float4 att_sm[];
-  float *Ks = (float *)att_sm, *Vs = Ks + tl<DM>::SIZE, *Qs = Vs + tl<DM>::SIZE;
-  float *Gs = Qs + tl<DM>::SIZE, *Pt = Gs + tl<DM>::SIZE, *Dt = Pt + TR * LDP;
-  constexpr int LD = tl<DM>::LD, H = tl<DM>::H;
+    att_bwd_kv_k(const att_io io, const float *__restrict__ delta, const att_dims a) {
+  typedef typename tl<DM, PR>::T T;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  T *Ks = (T *)att_sm, *Vs = Ks + tl<DM, PR>::SIZE, *Qs = Vs + tl<DM, PR>::SIZE;
+  T *Gs = Qs + tl<DM, PR>::SIZE, *Pt = Gs + tl<DM, PR>::SIZE, *Dt = Pt + tl<DM, PR>::PSIZE;
+  float *Sc = (float *)(Dt + tl<DM, PR>::PSIZE);
   const int tx = tx_(), ty = ty_();
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
-  int64_t koff = (bh * a.S + s0) * a.D, qbase = bh * a.T * a.D;
-  const float *lb = lse + bh * a.T, *db = delta + bh * a.T;
-  fill2<DM>(Ks, K + koff, Vs, V + koff, kn, a);
-  float dk[4][4 * H], dv[4][4 * H];
-  zero(dk);
-  zero(dv);
+  int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
+  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
+  fill2<DM, PR>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  accum<DM, PR> dk, dv;
+  dk.clear();
+  dv.clear();
   for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
     int tn = min(TR, a.T - t0);
     float ls[4], dl[4];
@@ -454,41 +690,76 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       dl[j] = r < tn ? db[t0 + r] : 0.f;
     }
     __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Pt, Dt consumed */
-    fill2<DM>(Qs, Q + qbase + (int64_t)t0 * a.D, Gs, G + qbase + (int64_t)t0 * a.D, tn, a);
+    fill2<DM, PR>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
     __syncthreads();
-    p_ds<LD, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
+    p_ds<DM, PR, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
       int c = 4 * ty + i, r = tx + 16 * j;
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
-    }, Pt, Dt);
+    }, Pt, Dt, Sc);
     __syncthreads(); /* Pt, Dt written */
-    if (dV) mm_nn<DM>(Pt, Gs, dv);
-    if (dK) mm_nn<DM>(Dt, Qs, dk);
+    if (io.dv) dv.add(Pt, Gs);
+    if (io.dk) dk.add(Dt, Qs);
   }
-  float one[4] = {1.f, 1.f, 1.f, 1.f};
-  if (dK) store_rows<DM>(dK + koff, kn, a, dk, one);
-  if (dV) store_rows<DM>(dV + koff, kn, a, dv, one);
+  if (io.dk) dk.store(io.dk + koff, kn, a.k.sr, a, Sc);
+  if (io.dv) dv.store(io.dv + koff, kn, a.k.sr, a, Sc);
 }
 
-/* Dynamic shared memory of each kernel. */
-template <int DM> size_t fwd_bytes(void) { return sizeof(float) * (3 * tl<DM>::SIZE + TR * LDP); }
-template <int DM> size_t bwd_q_bytes(void) { return sizeof(float) * (4 * tl<DM>::SIZE + TR * LDP); }
-template <int DM> size_t bwd_kv_bytes(void) {
-  return sizeof(float) * (4 * tl<DM>::SIZE + 2 * TR * LDP);
+/* Dynamic shared memory of each kernel: tiles, P tiles, Sc. */
+template <int DM, int PR> size_t smem_bytes(int tiles, int ptiles) {
+  typedef tl<DM, PR> L;
+  return sizeof(typename L::T) * (size_t)(tiles * L::SIZE + ptiles * L::PSIZE) + L::SC;
 }
 
-att_dims att_shape(const rg_kargs *k) {
+/* The dims, layouts and pointers of either op (as the CPU's attn_shape). */
+att_dims att_shape(const rg_kargs *k, att_io *io) {
   att_dims a;
-  a.BH = k->in[0].dims[0] * k->in[0].dims[1];
-  a.T = (int)k->in[0].dims[2];
-  a.D = (int)k->in[0].dims[3];
-  a.S = (int)k->in[1].dims[2];
-  a.dn = (a.D + 3) & ~3;
-  a.scale = (float)(1.0 / sqrt((double)a.D));
+  const rg_tv *x = &k->in[0];
+  int op = k->node->op;
+  memset(io, 0, sizeof *io);
+  if (op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_BWD) {
+    a.H = x->dims[1];
+    a.T = (int)x->dims[2];
+    a.D = (int)x->dims[3];
+    a.S = (int)k->in[1].dims[2];
+    a.q = {a.H * a.T * a.D, (int64_t)a.T * a.D, a.D};
+    a.k = {a.H * a.S * a.D, (int64_t)a.S * a.D, a.D};
+    a.o = a.q;
+    io->q = (const float *)x->p, io->k = (const float *)k->in[1].p;
+    io->v = (const float *)k->in[2].p;
+    if (op == RG_OP_ATTENTION) {
+      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+    } else { /* q, k, v, o, g, lse */
+      io->o = (const float *)k->in[3].p, io->g = (const float *)k->in[4].p;
+      io->lse = (float *)k->in[5].p;
+      io->dq = (float *)k->out[0].p, io->dk = (float *)k->out[1].p;
+      io->dv = (float *)k->out[2].p;
+    }
+  } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
+    int64_t C = x->dims[2] / 3;
+    a.H = k->node->i[1];
+    a.T = a.S = (int)x->dims[1];
+    a.D = (int)(C / a.H);
+    a.q = a.k = {a.T * 3 * C, a.D, 3 * C};
+    a.o = {a.T * C, a.D, C};
+    io->q = (const float *)x->p, io->k = io->q + C, io->v = io->q + 2 * C;
+    if (op == RG_OP_ATTENTION_QKV) {
+      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+    } else { /* qkv, o, g, lse */
+      io->o = (const float *)k->in[1].p, io->g = (const float *)k->in[2].p;
+      io->lse = (float *)k->in[3].p;
+      io->dq = (float *)k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
+    }
+  }
+  a.BH = x->dims[0] * a.H;
+  a.dn = (a.D + 15) & ~15;
+  a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
   a.causal = k->node->i[0] != 0;
   /* float4 global access when every row starts 16-byte aligned */
   bool al = a.D % 4 == 0;
-  for (int i = 0; i < RG_MAX_IN; i++) al = al && (uintptr_t)k->in[i].p % 16 == 0;
-  for (int i = 0; i < RG_MAX_OUT; i++) al = al && (uintptr_t)k->out[i].p % 16 == 0;
+  const att_lay *ls[3] = {&a.q, &a.k, &a.o};
+  for (int i = 0; i < 3; i++) al = al && (ls[i]->sb | ls[i]->sh | ls[i]->sr) % 4 == 0;
+  const void *ps[8] = {io->q, io->k, io->v, io->g, io->out, io->dq, io->dk, io->dv};
+  for (int i = 0; i < 8; i++) al = al && (uintptr_t)ps[i] % 16 == 0;
   a.vec = al;
   return a;
 }
@@ -501,13 +772,30 @@ size_t smem_optin(void) {
   return (size_t)v;
 }
 
+/* Fails (RG_ERR_UNSUPPORTED) when a kernel needs more shared memory than the device has. */
+rg_status smem_fits(rg_kargs *k, const att_dims &a, size_t need) {
+  size_t limit = smem_optin();
+  if (need <= limit) return RG_OK;
+  snprintf(k->msg, k->msgcap,
+           "attention with D = %d needs %zu bytes of shared memory per block; this device "
+           "allows %zu", a.D, need, limit);
+  return RG_ERR_UNSUPPORTED;
+}
+
 /* Launches kern on `blocks` blocks with `bytes` of dynamic shared memory (opting in above
-   48 KB). */
+   48 KB, which fails only for a size smem_fits let through: then that error is the
+   status). */
 template <typename Kern, typename... Args>
-void launch_att(Kern kern, int64_t blocks, size_t bytes, cudaStream_t st, Args... args) {
-  if (bytes > 48 * 1024)
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  kern<<<(unsigned)blocks, NT, bytes, st>>>(args...);
+rg_status launch_att(rg_kargs *k, const att_dims &a, Kern kern, int64_t blocks, size_t bytes,
+                     Args... args) {
+  rg_status st = smem_fits(k, a, bytes);
+  if (st != RG_OK) return st;
+  if (bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+          cudaSuccess)
+    return rg_cuda_check_launch(k, "attention (shared memory opt-in)");
+  kern<<<(unsigned)blocks, NT, bytes, rg_cuda_ctx(k)->stream>>>(args...);
+  return rg_cuda_check_launch(k, "attention");
 }
 
 /* Blocks are numbered in one grid dimension: at most one per query or key row. */
@@ -526,81 +814,82 @@ rg_status attention_limits(rg_kargs *k, const att_dims &a) {
   return RG_OK;
 }
 
-/* Fails (RG_ERR_UNSUPPORTED) when a kernel needs more shared memory than the device has. */
-rg_status smem_fits(rg_kargs *k, const att_dims &a, size_t need) {
-  size_t limit = smem_optin();
-  if (need <= limit) return RG_OK;
-  snprintf(k->msg, k->msgcap,
-           "attention with D = %d needs %zu bytes of shared memory per block; this device "
-           "allows %zu", a.D, need, limit);
-  return RG_ERR_UNSUPPORTED;
-}
-
 rg_status no_scratch(rg_kargs *k, size_t need) {
   snprintf(k->msg, k->msgcap, "needs %zu bytes of CUDA scratch, the backend has %zu", need,
            rg_cuda_ctx(k)->scratch_bytes);
   return RG_ERR_UNSUPPORTED;
 }
 
-template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a) {
-  size_t bytes = fwd_bytes<DM>();
-  rg_status st = smem_fits(k, a, bytes);
-  if (st != RG_OK) return st;
-  const float *Q = (const float *)k->in[0].p, *K = (const float *)k->in[1].p;
-  const float *V = (const float *)k->in[2].p;
-  float *O = (float *)k->out[0].p;
-  launch_att(att_fwd_k<DM>, a.BH * cdiv(a.T, TR), bytes, rg_cuda_ctx(k)->stream, Q, K, V, O, a);
-  return rg_cuda_check_launch(k, "attention");
+template <int DM, int PR> rg_status attention_fwd(rg_kargs *k, const att_dims &a,
+                                                  const att_io &io) {
+  return launch_att(k, a, att_fwd_k<DM, PR>, a.BH * cdiv(a.T, TR), smem_bytes<DM, PR>(3, 1),
+                    io, a);
 }
 
-/* T > 0 and S >= 0; lse and delta: BH * T floats each. */
-template <int DM>
-rg_status attention_bwd(rg_kargs *k, const att_dims &a, float *lse, float *delta) {
-  size_t qbytes = bwd_q_bytes<DM>(), kbytes = bwd_kv_bytes<DM>();
-  rg_status st = smem_fits(k, a, qbytes > kbytes ? qbytes : kbytes);
-  if (st != RG_OK) return st;
-  cudaStream_t s = rg_cuda_ctx(k)->stream;
-  const float *Q = (const float *)k->in[0].p, *K = (const float *)k->in[1].p;
-  const float *V = (const float *)k->in[2].p, *G = (const float *)k->in[3].p;
-  float *dQ = (float *)k->out[0].p, *dK = (float *)k->out[1].p, *dV = (float *)k->out[2].p;
-  launch_att(att_bwd_q_k<DM>, a.BH * cdiv(a.T, TR), qbytes, s, Q, K, V, G, dQ, lse, delta, a);
-  if ((dK || dV) && a.S > 0) {
-    const float *cl = lse, *cd = delta;
-    launch_att(att_bwd_kv_k<DM>, a.BH * cdiv(a.S, TR), kbytes, s, Q, K, V, G, cl, cd, dK, dV,
-               a);
+/* T > 0 and S >= 0; delta: BH * T floats. */
+template <int DM, int PR>
+rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
+  rg_status st = launch_att(k, a, att_bwd_q_k<DM, PR>, a.BH * cdiv(a.T, TR),
+                            smem_bytes<DM, PR>(4, 1), io, delta, a);
+  if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+  const float *cd = delta;
+  return launch_att(k, a, att_bwd_kv_k<DM, PR>, a.BH * cdiv(a.S, TR),
+                    smem_bytes<DM, PR>(4, 2), io, cd, a);
+}
+
+/* The instantiation for D and the node's precision. */
+template <int DM> rg_status fwd_for(rg_kargs *k, const att_dims &a, const att_io &io) {
+  switch (k->node->i[2]) {
+  case P_TF32: return attention_fwd<DM, P_TF32>(k, a, io);
+  case P_BF16: return attention_fwd<DM, P_BF16>(k, a, io);
+  default: return attention_fwd<DM, P_F32>(k, a, io);
   }
-  return rg_cuda_check_launch(k, "attention_bwd");
+}
+template <int DM>
+rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
+  switch (k->node->i[2]) {
+  case P_TF32: return attention_bwd<DM, P_TF32>(k, a, io, delta);
+  case P_BF16: return attention_bwd<DM, P_BF16>(k, a, io, delta);
+  default: return attention_bwd<DM, P_F32>(k, a, io, delta);
+  }
 }
 
 } /* namespace */
 
 /* ---- launchers ----------------------------------------------------------------------- */
 
-rg_status rg_cuda_attention(rg_kargs *k) {
-  att_dims a = att_shape(k);
-  if (k->out[0].n == 0) return RG_OK;
+static rg_status attention_fwd_any(rg_kargs *k) {
+  att_io io;
+  att_dims a = att_shape(k, &io);
+  if (a.BH == 0 || a.T == 0) return RG_OK;
   rg_status st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  return a.D <= 64 ? attention_fwd<64>(k, a) : attention_fwd<128>(k, a);
+  return a.D <= 64 ? fwd_for<64>(k, a, io) : fwd_for<128>(k, a, io);
 }
 
-/* Scratch: the log-sum-exp and delta of every query row (8 bytes a row). */
-rg_status rg_cuda_attention_bwd(rg_kargs *k) {
+/* Scratch: delta of every query row (4 bytes a row). */
+static rg_status attention_bwd_any(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
-  att_dims a = att_shape(k);
-  float *dK = (float *)k->out[1].p, *dV = (float *)k->out[2].p;
+  att_io io;
+  att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.D == 0 || (a.T == 0 && a.S == 0)) return RG_OK;
   rg_status st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  if (a.T == 0) { /* no queries: dk and dv are zero (stream-ordered memsets, capturable;
-                     their status is the runtime's last error, which check_launch reads) */
+  if (a.T == 0) { /* no queries (rg_attention only: qkv has S = T), so dk and dv are zero
+                     and dense; stream-ordered memsets, capturable, whose status is the
+                     runtime's last error, which check_launch reads */
     size_t bytes = (size_t)(a.BH * a.S * a.D) * sizeof(float);
-    if (dK) cudaMemsetAsync(dK, 0, bytes, L->stream);
-    if (dV) cudaMemsetAsync(dV, 0, bytes, L->stream);
+    if (io.dk) cudaMemsetAsync(io.dk, 0, bytes, L->stream);
+    if (io.dv) cudaMemsetAsync(io.dv, 0, bytes, L->stream);
     return rg_cuda_check_launch(k, "attention_bwd");
   }
-  size_t rows = (size_t)(a.BH * a.T), need = 2 * rows * sizeof(float);
+  size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
-  float *lse = (float *)L->scratch, *delta = lse + rows;
-  return a.D <= 64 ? attention_bwd<64>(k, a, lse, delta) : attention_bwd<128>(k, a, lse, delta);
+  float *delta = (float *)L->scratch;
+  return a.D <= 64 ? bwd_for<64>(k, a, io, delta) : bwd_for<128>(k, a, io, delta);
 }
+
+rg_status rg_cuda_attention(rg_kargs *k) { return attention_fwd_any(k); }
+rg_status rg_cuda_attention_qkv(rg_kargs *k) { return attention_fwd_any(k); }
+rg_status rg_cuda_attention_bwd(rg_kargs *k) { return attention_bwd_any(k); }
+rg_status rg_cuda_attention_qkv_bwd(rg_kargs *k) { return attention_bwd_any(k); }

@@ -224,10 +224,11 @@ rg_status rg_nn_attention_init(rg_ctx *ctx, rg_nn_attention *a, const char *name
   return st;
 }
 
-/* The qkv projection [B,T,3C] viewed as [B,T,3H,D] and transposed to [B,3H,T,D] puts
-   q's heads at rows [0,H), k's at [H,2H), v's at [2H,3H) of axis 1, because column
-   s*C + h*D + d of the projection is row s*H + h, column d of the view. So three slices
-   give q, k and v, with 5 copies where split-then-reshape-each would take 9. */
+/* The fused projection [B,T,3C] goes to rg_attention_qkv as it is: the op reads each
+   head's q, k, v as D-column strips of it and writes head h of the result at columns
+   h*D of [B,T,C], the layout c_proj takes. Splitting the heads out with reshape,
+   transpose and slices instead costs a permute and three slices forward and their
+   gradients backward (on an H200, GPT-2 124M at B=8, T=1024: 6 ms of a 67 ms step). */
 rg_tensor rg_nn_attention_forward(rg_ctx *ctx, const rg_nn_attention *a, rg_tensor x) {
   if (!a) {
     rg__nn_misuse(ctx, "rg_nn_attention_forward: a is NULL");
@@ -241,23 +242,15 @@ rg_tensor rg_nn_attention_forward(rg_ctx *ctx, const rg_nn_attention *a, rg_tens
                     rg_ndim(ctx, x));
     return RG_NONE;
   }
-  int64_t B = rg_dim(ctx, x, 0), T = rg_dim(ctx, x, 1), C = rg_dim(ctx, x, 2);
-  int64_t H = a->heads, D = H > 0 ? C / H : 0;
-  if (H <= 0 || D * H != C) {
+  int64_t C = rg_dim(ctx, x, 2), H = a->heads;
+  if (H <= 0 || C % H) {
     rg__nn_misuse(ctx,
                   "rg_nn_attention_forward: width %lld of x is not a multiple of heads "
                   "%lld; x's last axis must equal the layer's width",
                   (long long)C, (long long)H);
     return RG_NONE;
   }
-  rg_tensor qkv = rg_nn_linear_forward(ctx, &a->c_attn, x);
-  qkv = rg_reshape(ctx, qkv, 4, (const int64_t[]){B, T, 3 * H, D});
-  qkv = rg_transpose(ctx, qkv, 1, 2);
-  rg_tensor q = rg_slice(ctx, qkv, 1, 0, H);
-  rg_tensor k = rg_slice(ctx, qkv, 1, H, H);
-  rg_tensor v = rg_slice(ctx, qkv, 1, 2 * H, H);
-  rg_tensor y = rg_attention(ctx, q, k, v, 1);
-  y = rg_reshape(ctx, rg_transpose(ctx, y, 1, 2), 3, (const int64_t[]){B, T, C});
+  rg_tensor y = rg_attention_qkv(ctx, rg_nn_linear_forward(ctx, &a->c_attn, x), H, 1);
   return maybe_dropout(ctx, rg_nn_linear_forward(ctx, &a->c_proj, y), a->dropout);
 }
 
