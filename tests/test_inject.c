@@ -36,8 +36,9 @@ static void build(rg_ctx *c, model *m) {
   m->opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.01f});
 }
 
-/* One step; *ran says whether its drain completed (the optimizer update happened). The
-   budget trace records pass_bytes after each call when trace != NULL. */
+/* One step; *ran is 0 while its update is not recorded, 1 once it is (the next barrier
+   runs it whatever fails after), 2 when its drain completed. The budget trace records
+   pass_bytes after each call when trace != NULL. */
 static rg_status step(rg_ctx *c, model *m, const char *file, int *ran, size_t *trace, int *nt) {
   float x[B * D];
   int32_t y[B];
@@ -68,12 +69,13 @@ static rg_status step(rg_ctx *c, model *m, const char *file, int *ran, size_t *t
   if ((st = rg_clip_grad_norm(c, 1.0f)) != RG_OK) return st;
   T_;
   if ((st = rg_optim_step(m->opt)) != RG_OK) return st;
+  *ran = 1;
   T_;
   if ((st = rg_zero_grad(c)) != RG_OK) return st;
   T_;
   float l;
   if ((st = rg_item(c, loss, &l)) != RG_OK) return rg_error(c) != RG_OK ? rg_error(c) : st;
-  *ran = 1;
+  *ran = 2;
   return file ? rg_save(c, file, m->opt) : RG_OK;
 #undef T_
 }

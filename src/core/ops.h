@@ -57,6 +57,8 @@
  *  MATMUL_ACC in[0] += op(in[1]) op(in[2]), 2-D, i[0] i[1] as MATMUL (in[0] F32, the
  *            factors F32 or BF16): rg_backward turns a weight gradient's MATMUL and
  *            the ACCUM after it into this one node.
+ *  SUM_TO_ACC in[0] += in[1] summed to in[0]'s shape as SUM_TO sums (in[0] F32):
+ *            rg_backward turns a bias gradient's SUM_TO and its ACCUM into this node.
  *  ZERO_LIST aux = rg_list of tensors to zero.
  *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
  *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
@@ -128,6 +130,7 @@
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \
   X(MATMUL_ACC, matmul_acc, "rg_backward", 3, 0)              \
+  X(SUM_TO_ACC, sum_to_acc, "rg_backward", 2, 0)              \
   X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
   X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \
   X(ADAMW, adamw, "rg_optim_step", 1, 0)                      \

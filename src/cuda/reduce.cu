@@ -73,6 +73,28 @@ __device__ double block_sum(double v, double *sh) {
   return warp_sum(lane < nw ? sh[lane] : 0.0);
 }
 
+/* Writes one result: out[e] = v / div, or for sum_to_acc (acc = the error word)
+   out[e] += v with the float add an ACCUM would do, skipped after a fault earlier in the
+   drain so a failed step leaves the gradient as it was. */
+__device__ __forceinline__ void put(float *out, int64_t e, double v, double div,
+                                    const rg_cuda_err *acc) {
+  if (!acc)
+    out[e] = (float)(v / div);
+  else if (!*(const volatile int *)&acc->code)
+    out[e] = __fadd_rn(out[e], (float)v);
+}
+
+/* A block's sum s for output e of segment seg: to the partials [segments][nout] when
+   there are several segments (part != NULL), else the result itself. */
+__device__ __forceinline__ void seg_out(double *part, int64_t seg, int64_t nout, int64_t e,
+                                        double s, double div, float *out,
+                                        const rg_cuda_err *acc) {
+  if (part)
+    part[seg * nout + e] = s;
+  else
+    put(out, e, s, div, acc);
+}
+
 /* ---- axis sets: the description of a sum --------------------------------------------------- */
 
 typedef struct axset {
@@ -147,12 +169,12 @@ __global__ void flat_part_k(const float *__restrict__ x, int64_t n, int64_t cs,
 
 /* Adds nb partials in a fixed order and writes out[0] = sum / div. */
 __global__ void flat_final_k(const double *__restrict__ part, int nb, double div,
-                             float *__restrict__ out) {
+                             float *__restrict__ out, const rg_cuda_err *acc) {
   __shared__ double sh[32];
-  double acc = 0;
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += part[i];
-  acc = block_sum(acc, sh);
-  if (threadIdx.x == 0) out[0] = (float)(acc / div);
+  double sum = 0;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) sum += part[i];
+  sum = block_sum(sum, sh);
+  if (threadIdx.x == 0) put(out, 0, sum, div, acc);
 }
 
 /* Innermost x axis kept: threadIdx.x walks consecutive outputs (coalesced), threadIdx.y
@@ -160,26 +182,23 @@ __global__ void flat_final_k(const double *__restrict__ part, int nb, double div
    part == NULL the block writes out = sum / div, else part[segment * nout + e]. */
 __global__ void cols_k(const float *__restrict__ x, axset kept, axset red, int64_t nout,
                        int64_t rcount, int64_t rseg, double div, float *__restrict__ out,
-                       double *__restrict__ part) {
+                       double *__restrict__ part, const rg_cuda_err *acc) {
   __shared__ double sh[COL_Y][33];
   int tx = threadIdx.x, ty = threadIdx.y;
   int64_t e = (int64_t)blockIdx.x * 32 + tx;
   int64_t r0 = (int64_t)blockIdx.y * rseg, r1 = min(rcount, r0 + rseg);
-  double acc = 0;
+  double sum = 0;
   if (e < nout) {
     const float *base = x + axset_offset(kept, e);
-    for (int64_t r = r0 + ty; r < r1; r += COL_Y) acc += base[axset_offset(red, r)];
+    for (int64_t r = r0 + ty; r < r1; r += COL_Y) sum += base[axset_offset(red, r)];
   }
-  sh[ty][tx] = acc;
+  sh[ty][tx] = sum;
   __syncthreads();
   if (ty == 0 && e < nout) {
     double s = 0;
 #pragma unroll
     for (int j = 0; j < COL_Y; j++) s += sh[j][tx];
-    if (part)
-      part[(int64_t)blockIdx.y * nout + e] = s;
-    else
-      out[e] = (float)(s / div);
+    seg_out(part, blockIdx.y, nout, e, s, div, out, acc);
   }
 }
 
@@ -187,36 +206,35 @@ __global__ void cols_k(const float *__restrict__ x, axset kept, axset red, int64
    (coalesced); blockIdx.y picks the segment as in cols_k. */
 __global__ void rows_k(const float *__restrict__ x, axset kept, axset red, int64_t nout,
                        int64_t rcount, int64_t rseg, double div, float *__restrict__ out,
-                       double *__restrict__ part) {
+                       double *__restrict__ part, const rg_cuda_err *acc) {
   int lane = threadIdx.x & 31;
   int64_t e = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
   if (e >= nout) return; /* whole warps leave together: no block barrier follows */
   int64_t r0 = (int64_t)blockIdx.y * rseg, r1 = min(rcount, r0 + rseg);
   const float *base = x + axset_offset(kept, e);
-  double acc = 0;
-  for (int64_t r = r0 + lane; r < r1; r += 32) acc += base[axset_offset(red, r)];
-  acc = warp_sum(acc);
+  double sum = 0;
+  for (int64_t r = r0 + lane; r < r1; r += 32) sum += base[axset_offset(red, r)];
+  sum = warp_sum(sum);
   if (lane == 0) {
-    if (part)
-      part[(int64_t)blockIdx.y * nout + e] = acc;
-    else
-      out[e] = (float)(acc / div);
+    seg_out(part, blockIdx.y, nout, e, sum, div, out, acc);
   }
 }
 
 /* out[e] = (sum over segments of part[s * nout + e], in segment order) / div. */
 __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64_t nout,
-                            double div, float *__restrict__ out) {
+                            double div, float *__restrict__ out, const rg_cuda_err *acc) {
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nout;
        e += (int64_t)gridDim.x * blockDim.x) {
     double s = 0;
     for (int64_t g = 0; g < nseg; g++) s += part[g * nout + e];
-    out[e] = (float)(s / div);
+    put(out, e, s, div, acc);
   }
 }
 
-/* Enqueues the sum described by p: out[e] = (sum of its reduced positions) / div. */
-rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, float *out) {
+/* Enqueues the sum described by p: out[e] = (sum of its reduced positions) / div, or with
+   acc (the error word: sum_to_acc) out[e] += that sum (div 1) unless a fault came first. */
+rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, float *out,
+                  const rg_cuda_err *acc) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   if (p.nout == 0) return RG_OK;
   double *part = (double *)L->scratch;
@@ -232,7 +250,7 @@ rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, fl
     int64_t nb = min64(min64(FLAT_BLOCKS, max64(1, cdiv(n, FLAT_CHUNK))), cap);
     int64_t cs = cdiv(n, nb);
     flat_part_k<<<(unsigned)nb, THREADS, 0, L->stream>>>(x, n, cs, part);
-    flat_final_k<<<1, THREADS, 0, L->stream>>>(part, (int)nb, div, out);
+    flat_final_k<<<1, THREADS, 0, L->stream>>>(part, (int)nb, div, out, acc);
     return RG_OK;
   }
   bool cols = p.kept.n > 0 && p.kept.stride[p.kept.n - 1] == 1;
@@ -255,13 +273,13 @@ rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, fl
   dim3 grid((unsigned)gx, (unsigned)nseg);
   if (cols)
     cols_k<<<grid, dim3(32, COL_Y), 0, L->stream>>>(x, p.kept, p.red, p.nout, p.rcount, rseg,
-                                                     div, out, pp);
+                                                     div, out, pp, acc);
   else
     rows_k<<<grid, 32 * ROW_WARPS, 0, L->stream>>>(x, p.kept, p.red, p.nout, p.rcount, rseg,
-                                                    div, out, pp);
+                                                    div, out, pp, acc);
   if (pp)
     seg_final_k<<<rg_cuda_blocks(p.nout, THREADS), THREADS, 0, L->stream>>>(pp, nseg, p.nout,
-                                                                            div, out);
+                                                                            div, out, acc);
   return RG_OK;
 }
 
@@ -457,7 +475,7 @@ static rg_status sum_mean(rg_kargs *k, bool mean, const char *what) {
   sum_plan p = plan_sum(x, keep);
   span3 s = split_axis(x, axis);
   double div = mean ? (double)s.len : 1.0; /* the CPU's divisor, 0/0 = NaN included */
-  rg_status st = run_sum(k, (const float *)x->p, p, div, (float *)k->out[0].p);
+  rg_status st = run_sum(k, (const float *)x->p, p, div, (float *)k->out[0].p, NULL);
   if (st != RG_OK) return st;
   return rg_cuda_check_launch(k, what);
 }
@@ -470,17 +488,23 @@ rg_status rg_cuda_argmax(rg_kargs *k) { return max_common(k, M_ARGMAX, "argmax")
 rg_status rg_cuda_max_bwd(rg_kargs *k) { return max_common(k, M_BWD, "max_bwd"); }
 
 /* Kept axes are the x axes that out has at the same (right-aligned) position with the
-   same size, as in the CPU's split_kept; size-1 axes are dropped by plan_sum. */
-rg_status rg_cuda_sum_to(rg_kargs *k) {
-  const rg_tv *x = &k->in[0], *out = &k->out[0];
+   same size, as in the CPU's split_kept; size-1 axes are dropped by plan_sum. sum_to_acc
+   adds into out instead (acc = the error word). */
+static rg_status sum_to(rg_kargs *k, const rg_tv *x, const rg_tv *out, const rg_cuda_err *acc,
+                        const char *what) {
   int lead = x->ndim - out->ndim;
   bool keep[RG_MAX_DIMS] = {false, false, false, false};
   for (int a = 0; a < x->ndim; a++)
     keep[a] = a - lead >= 0 && out->dims[a - lead] == x->dims[a];
   sum_plan p = plan_sum(x, keep);
-  rg_status st = run_sum(k, (const float *)x->p, p, 1.0, (float *)out->p);
+  rg_status st = run_sum(k, (const float *)x->p, p, 1.0, (float *)out->p, acc);
   if (st != RG_OK) return st;
-  return rg_cuda_check_launch(k, "sum_to");
+  return rg_cuda_check_launch(k, what);
+}
+
+rg_status rg_cuda_sum_to(rg_kargs *k) { return sum_to(k, &k->in[0], &k->out[0], NULL, "sum_to"); }
+rg_status rg_cuda_sum_to_acc(rg_kargs *k) {
+  return sum_to(k, &k->in[1], &k->in[0], rg_cuda_ctx(k)->err, "sum_to_acc");
 }
 
 rg_status rg_cuda_expand(rg_kargs *k) {
