@@ -133,6 +133,26 @@ static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation *
   y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
   return weigh(c, y);
 }
+/* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
+   rows and few columns (many chunks), few rows and many columns (one chunk), widths that
+   are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
+   0, the same kernels with a divisor. */
+static rg_tensor bias_of(rg_ctx *c, int i, int64_t R, int64_t C) {
+  char n[2][16];
+  snprintf(n[0], sizeof n[0], "x%d", i);
+  snprintf(n[1], sizeof n[1], "b%d", i);
+  return flat(c, rg_add(c, P(c, n[0], D2(R, C)), P(c, n[1], 1, (int64_t[]){C})));
+}
+static out c_colsum(rg_ctx *c) {
+  rg_tensor y = bias_of(c, 0, 3000, 256);
+  y = rg_concat(c, y, bias_of(c, 1, 5000, 3), 0);
+  y = rg_concat(c, y, bias_of(c, 2, 6, 4099), 0);
+  y = rg_concat(c, y, bias_of(c, 3, 1, 1024), 0);
+  rg_tensor z = P(c, "z", D3(2, 700, 77)), bz = P(c, "bz", 1, (int64_t[]){77});
+  y = rg_concat(c, y, flat(c, rg_add(c, z, bz)), 0);
+  y = rg_concat(c, y, flat(c, rg_mean(c, P(c, "m", D2(600, 40)), 0, 0)), 0);
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
@@ -494,7 +514,7 @@ int main(void) {
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
       {"attn-long", c_attn_long, 1e-5},
-      {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
+      {"colsum", c_colsum, 1e-6},   {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
   };
