@@ -160,6 +160,29 @@ static out c_xent(rg_ctx *c) {
                        rg_mse(c, x, rg_scale(c, P(c, "t", D2(10, 5)), 0.5f)));
   return (out){l, l};
 }
+/* Cross-entropy's one-pass kernels: a warp per row with float4 loads (C % 4 == 0) and
+   scalar ones, a block per row at GPT-2's vocabulary width and at odd ones, some with
+   ignored rows; each loss weighted differently, and every logit a parameter of its own,
+   so each kernel's dlogits are compared. */
+static rg_tensor xent_of(rg_ctx *c, int i, int64_t N, int64_t C, int ignore) {
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)N);
+  for (int64_t r = 0; r < N; r++)
+    t[r] = ignore && r % 5 == 0 ? -100 : (int32_t)((r * 7919 + 13) % C);
+  char n[16];
+  snprintf(n, sizeof n, "l%d", i);
+  rg_tensor x = rg_scale(c, P(c, n, D2(N, C)), 3.0f), y = rg_input(c, RG_I32, 1, &N, t);
+  free(t);
+  rg_tensor l = ignore ? rg_cross_entropy_ignore(c, x, y, -100) : rg_cross_entropy(c, x, y);
+  return rg_scale(c, l, (float)(i + 1));
+}
+static out c_xent_kernels(rg_ctx *c) {
+  rg_tensor l = xent_of(c, 0, 4096, 96, 0);          /* warp, float4 */
+  l = rg_add(c, l, xent_of(c, 1, 1000, 7, 1));       /* warp, scalar, ignored rows */
+  l = rg_add(c, l, xent_of(c, 2, 3, 50304, 0));      /* block, float4 */
+  l = rg_add(c, l, xent_of(c, 3, 5, 50301, 1));      /* block, scalar, ignored rows */
+  l = rg_add(c, l, xent_of(c, 4, 40, 1030, 0));      /* block of 256, scalar */
+  return (out){l, l};
+}
 static out c_shape(rg_ctx *c) {
   rg_tensor x = P(c, "x", D4(2, 3, 4, 5));
   rg_tensor y = rg_reshape(c, rg_transpose(c, x, 1, 3), 3, (int64_t[]){2, -1, 4});
@@ -433,11 +456,23 @@ static void run_faults(void) {
   int nonzero = 0;
   for (int i = 0; i < 6; i++) nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0);
   CHECK(nonzero == 0, "a failed step left %d gradient elements of w and b changed", nonzero);
+  /* a bad target: the forward names it; the step's gradients stay untouched */
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
+  int32_t tg[4] = {0, 1, 9, -3};
+  rg_tensor xl = rg_linear(g, rg_param(g, "in", RG_F32, D2(4, 3), normal(1)), w, b);
+  rg_tensor ce = rg_cross_entropy(g, xl, rg_input(g, RG_I32, 1, (int64_t[]){4}, tg));
+  CHECK_ST(g, rg_backward(g, ce), RG_OK);
+  CHECK(rg_item(g, ce, &v) == RG_ERR_MISUSE && msg_has(g, "rg_cross_entropy") &&
+            msg_has(g, "target 9 at row 2"),
+        "bad target on CUDA: %s", rg_errmsg(g));
+  rg_clear_error(g);
+  CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
+  CHECK(gb[0] == 0 && gb[1] == 0, "a failed cross-entropy step changed b's gradient");
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   rg_tensor ok = rg_sum(g, t, RG_ALL_AXES, 0);
   CHECK_ST(g, rg_item(g, ok, &v), RG_OK);
   printf("%-12s %s  %s\n", "faults", failed() ? "FAIL" : "PASS",
-         "bad index reported, gradients untouched, context recovers");
+         "bad index and target reported, gradients untouched, context recovers");
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
@@ -514,7 +549,8 @@ int main(void) {
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
       {"attn-long", c_attn_long, 1e-5},
-      {"colsum", c_colsum, 1e-6},   {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
+      {"colsum", c_colsum, 1e-6},   {"xent+mse", c_xent, 1e-5},
+      {"xent-kernels", c_xent_kernels, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
   };

@@ -185,9 +185,13 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
       memcpy(gin, o, sizeof o);
     break;
   }
-  case RG_OP_CROSS_ENTROPY:
-    gin[0] = op1(ctx, RG_OP_CROSS_ENTROPY_BWD, x, y, g, sx, n->i, NULL);
+  case RG_OP_CROSS_ENTROPY: { /* reads the forward's row statistics (ops.h) */
+    uint32_t in[RG_MAX_IN] = {x, y, g, n->out[1]}, o[RG_MAX_OUT] = {0};
+    rg_shape outs[RG_MAX_OUT] = {sx, {0, -1, {0}}, {0, -1, {0}}};
+    if (rg__emit(ctx, RG_OP_CROSS_ENTROPY_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)
+      gin[0] = o[0];
     break;
+  }
   case RG_OP_MSE: { /* d pred = 2 (p - t) / N * g */
     int64_t cnt = rg__t(ctx, x)->numel;
     float k = cnt ? 2.0f / (float)cnt : 0.0f;

@@ -30,8 +30,12 @@
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
  *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> [B,H,T,D]; i[0] causal (key s
  *            masked when s > t); scale 1/sqrt(D).
- *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean; i[0] = has ignore,
- *            i[1] = ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
+ *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean, stats F32 [N+1, 2]
+ *            (N = the targets' count); i[0] = has ignore, i[1] = ignore_index. Target
+ *            outside [0,C) (and not ignored): fail, naming it. stats row r < N: the row's
+ *            max logit and log sum exp(x - max) ((0, 0) for a row that takes no part);
+ *            row N: (count of rows taking part, 0). The backward reads them, so it
+ *            reads the logits once.
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
  *  COPY      out = x (same element count; used by reshape and detach).
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
@@ -50,7 +54,8 @@
  *  RMSNORM_BWD   (x, gamma opt, g; f[0]) -> dx, dgamma [C]
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, g; i[0] causal) -> dq, dk, dv
- *  CROSS_ENTROPY_BWD (logits, targets, g scalar; i[0], i[1]) -> dlogits
+ *  CROSS_ENTROPY_BWD (logits, targets, g scalar, stats; i[0], i[1]) -> dlogits =
+ *            (exp(x - max - lse) - onehot) g / count; zero rows where ignored
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
  *  ACCUM     in[0] += in[1] (same shape).
@@ -105,7 +110,7 @@
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
   X(ATTENTION, attention, "rg_attention", 3, 1)               \
-  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 1)   \
+  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 2)   \
   X(MSE, mse, "rg_mse", 2, 1)                                 \
   X(COPY, copy, "rg_copy", 1, 1)                              \
   X(PERMUTE, permute, "rg_permute", 1, 1)                     \
@@ -126,7 +131,7 @@
   X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 3, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 4, 3)      \
-  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 3, 1) \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1) \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \
   X(MATMUL_ACC, matmul_acc, "rg_backward", 3, 0)              \
