@@ -133,6 +133,31 @@ static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation *
   y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
   return weigh(c, y);
 }
+/* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 1024: 2, 6 and 8
+   float4 a lane, gpt-char's [4096, 256] and GPT-2's width), the strided kernels (C % 4
+   != 0, and a block per row past 1024); with and without gamma and beta; many rows, so
+   dgamma and dbeta add many blocks' partials. */
+static rg_tensor norm_of(rg_ctx *c, int i, int64_t R, int64_t C, int kind) {
+  char n[3][16];
+  for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xgb"[j], i);
+  rg_tensor x = P(c, n[0], D2(R, C)), g = P(c, n[1], 1, &C), b = P(c, n[2], 1, &C);
+  x = rg_add(c, rg_scale(c, x, 2.0f), rg_scale(c, g, 0.5f)); /* rows not centred */
+  if (kind == 0) return flat(c, rg_layernorm(c, x, g, b, 1e-5f));
+  if (kind == 1) return flat(c, rg_layernorm(c, x, g, RG_NONE, 1e-5f));
+  if (kind == 2) return flat(c, rg_layernorm(c, x, RG_NONE, RG_NONE, 1e-5f));
+  return flat(c, rg_rmsnorm(c, x, g, 1e-6f));
+}
+static out c_norm_kernels(rg_ctx *c) {
+  rg_tensor y = norm_of(c, 0, 4096, 256, 0);
+  y = rg_concat(c, y, norm_of(c, 1, 300, 768, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 2, 33, 1024, 3), 0);
+  y = rg_concat(c, y, norm_of(c, 3, 50, 100, 1), 0);
+  y = rg_concat(c, y, norm_of(c, 4, 3000, 512, 2), 0);
+  y = rg_concat(c, y, norm_of(c, 5, 40, 90, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 6, 9, 2048, 3), 0);
+  y = rg_concat(c, y, norm_of(c, 7, 1, 256, 0), 0);
+  return weigh(c, y);
+}
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
    rows and few columns (many chunks), few rows and many columns (one chunk), widths that
    are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
@@ -545,7 +570,7 @@ int main(void) {
       {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
-      {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
+      {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},     {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
       {"attn-long", c_attn_long, 1e-5},

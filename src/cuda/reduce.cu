@@ -288,7 +288,7 @@ __global__ void col_part_k(const float *__restrict__ x, int64_t R, int64_t C, in
 
 /* Column c of part [nchunk][ncol]: thread ty adds chunks ty, ty + CF_Y, ..., then the
    block adds the CF_Y sums in order. Columns [C, 2C) (a part holding two results side by
-   side) go to out2. */
+   side) go to out2; a NULL output's columns are not written. */
 __global__ void col_final_k(const double *__restrict__ part, int64_t nchunk, int64_t ncol,
                             int64_t C, double div, float *__restrict__ out,
                             float *__restrict__ out2, const rg_cuda_err *acc) {
@@ -304,9 +304,9 @@ __global__ void col_final_k(const double *__restrict__ part, int64_t nchunk, int
   double sum = 0;
 #pragma unroll
   for (int j = 0; j < CF_Y; j++) sum += sh[j][tx];
-  if (c < C)
+  if (c < C && out)
     put(out, c, sum, div, acc);
-  else
+  else if (c >= C && out2)
     put(out2, c - C, sum, div, acc);
 }
 
