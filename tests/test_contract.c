@@ -1134,14 +1134,16 @@ static void test_linear3d_grad(void) {
   rg_tensor loss = rg_sum(ctx, rg_linear(ctx, h, W, RG_NONE), RG_ALL_AXES, 0);
   CHECK_ST(ctx, rg_retain_grad(ctx, h), RG_OK);
   CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
-  /* W's gradient is one GEMM adding into its buffer (MATMUL_ACC), not a GEMM and an ACCUM */
-  int folded = 0, accums = 0;
+  /* W's gradient is one GEMM adding into its buffer (MATMUL_ACC), p's (broadcast over the
+     rows) one column sum adding into its buffer (SUM_TO_ACC): no ACCUM */
+  int folded = 0, summed = 0, accums = 0;
   for (size_t i = ctx->q_head; i < ctx->n_nodes; i++) {
     folded += ctx->nodes[i].op == RG_OP_MATMUL_ACC;
+    summed += ctx->nodes[i].op == RG_OP_SUM_TO_ACC;
     accums += ctx->nodes[i].op == RG_OP_ACCUM;
   }
-  CHECK(folded == 1 && accums == 1, "W's gradient folded into its GEMM: %d MATMUL_ACC, %d "
-        "ACCUM (p's)", folded, accums);
+  CHECK(folded == 1 && summed == 1 && accums == 0, "W's gradient folded into its GEMM, p's "
+        "into its sum: %d MATMUL_ACC, %d SUM_TO_ACC, %d ACCUM", folded, summed, accums);
   float gh[R0 * R1 * I], gw[O * I], gp[I];
   CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, h), gh, sizeof gh), RG_OK);
   CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), gw, sizeof gw), RG_OK);
@@ -1211,6 +1213,54 @@ static void test_linear_act(void) {
     rg_clear_error(ctx);
     CHECK_ST(ctx, rg_close(ctx), RG_OK);
   }
+}
+
+/* A linear layer with a bias over a broadcast offset c: every parameter gradient is added
+   by the node that computes it (W: MATMUL_ACC; b and c, column sums over the rows:
+   SUM_TO_ACC), no ACCUM. Check mode runs each op as it is recorded, so nothing is left
+   queued to fold: its gradients (the unfolded path) must be the same bits, over two
+   backward passes that accumulate. */
+static void test_fold_bias(void) {
+  enum { R0 = 3, R1 = 5, I = 6, O = 7 };
+  float x[R0 * R1 * I], grads[2][O * I + O + I];
+  for (int i = 0; i < R0 * R1 * I; i++) x[i] = (float)((i * 5) % 13) / 3.0f - 2.0f;
+  for (int check = 0; check < 2; check++) {
+    rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 6, .check = check});
+    if (!ctx) return;
+    rg_init n1 = {RG_INIT_NORMAL, 1, 0};
+    rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){O, I}, n1);
+    rg_tensor b = rg_param(ctx, "b", RG_F32, 1, (int64_t[]){O}, n1);
+    rg_tensor c = rg_param(ctx, "c", RG_F32, 1, (int64_t[]){I}, n1);
+    for (int pass = 0; pass < 2; pass++) {
+      CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+      rg_tensor xin = rg_input(ctx, RG_F32, 3, (int64_t[]){R0, R1, I}, x);
+      rg_tensor y = rg_linear(ctx, rg_add(ctx, xin, c), W, b);
+      size_t q0 = ctx->n_nodes;
+      CHECK_ST(ctx, rg_backward(ctx, rg_sum(ctx, rg_mul(ctx, y, y), RG_ALL_AXES, 0)), RG_OK);
+      if (check) continue;
+      int mm = 0, st = 0, acc = 0, sum_to = 0;
+      for (size_t i = q0; i < ctx->n_nodes; i++) {
+        mm += ctx->nodes[i].op == RG_OP_MATMUL_ACC;
+        st += ctx->nodes[i].op == RG_OP_SUM_TO_ACC;
+        acc += ctx->nodes[i].op == RG_OP_ACCUM;
+        sum_to += ctx->nodes[i].op == RG_OP_SUM_TO;
+      }
+      CHECK(mm == 1 && st == 2 && acc == 0 && sum_to == 0,
+            "linear with a bias: %d MATMUL_ACC (want 1: W), %d SUM_TO_ACC (2: b, c), %d "
+            "ACCUM and %d SUM_TO (want 0)", mm, st, acc, sum_to);
+    }
+    float *g = grads[check];
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), g, O * I * sizeof(float)), RG_OK);
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, b), g + O * I, O * sizeof(float)), RG_OK);
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, c), g + O * I + O, I * sizeof(float)), RG_OK);
+    CHECK_ST(ctx, rg_close(ctx), RG_OK);
+  }
+  CHECK(!memcmp(grads[0], grads[1], sizeof grads[0]),
+        "folded gradients are the unfolded ones, bit for bit");
+  int nonzero = 0;
+  for (int i = 0; i < O * I + O + I; i++) nonzero += grads[0][i] != 0;
+  CHECK(nonzero == O * I + O + I, "every gradient element is set (%d of %d)", nonzero,
+        O * I + O + I);
 }
 
 /* ---- NULL contexts ------------------------------------------------------------------------ */
@@ -1394,6 +1444,7 @@ int main(void) {
   test_autograd();
   test_linear3d_grad();
   test_linear_act();
+  test_fold_bias();
   test_constant();
   test_own_status();
   test_reshape_view();

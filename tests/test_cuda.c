@@ -183,11 +183,79 @@ static out c_attn_tc(rg_ctx *c) {
   y = rg_concat(c, y, qkv_of(c, 5, 1, 65, 2, 96, 1), 0);
   return weigh(c, y);
 }
+/* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 1024: 2, 6 and 8
+   float4 a lane, gpt-char's [4096, 256] and GPT-2's width), the strided kernels (C % 4
+   != 0, and a block per row past 1024); with and without gamma and beta; many rows, so
+   dgamma and dbeta add many blocks' partials. */
+static rg_tensor norm_of(rg_ctx *c, int i, int64_t R, int64_t C, int kind) {
+  char n[3][16];
+  for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xgb"[j], i);
+  rg_tensor x = P(c, n[0], D2(R, C)), g = P(c, n[1], 1, &C), b = P(c, n[2], 1, &C);
+  x = rg_add(c, rg_scale(c, x, 2.0f), rg_scale(c, g, 0.5f)); /* rows not centred */
+  if (kind == 0) return flat(c, rg_layernorm(c, x, g, b, 1e-5f));
+  if (kind == 1) return flat(c, rg_layernorm(c, x, g, RG_NONE, 1e-5f));
+  if (kind == 2) return flat(c, rg_layernorm(c, x, RG_NONE, RG_NONE, 1e-5f));
+  return flat(c, rg_rmsnorm(c, x, g, 1e-6f));
+}
+static out c_norm_kernels(rg_ctx *c) {
+  rg_tensor y = norm_of(c, 0, 4096, 256, 0);
+  y = rg_concat(c, y, norm_of(c, 1, 300, 768, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 2, 33, 1024, 3), 0);
+  y = rg_concat(c, y, norm_of(c, 3, 50, 100, 1), 0);
+  y = rg_concat(c, y, norm_of(c, 4, 3000, 512, 2), 0);
+  y = rg_concat(c, y, norm_of(c, 5, 40, 90, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 6, 9, 2048, 3), 0);
+  y = rg_concat(c, y, norm_of(c, 7, 1, 256, 0), 0);
+  return weigh(c, y);
+}
+/* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
+   rows and few columns (many chunks), few rows and many columns (one chunk), widths that
+   are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
+   0, the same kernels with a divisor. */
+static rg_tensor bias_of(rg_ctx *c, int i, int64_t R, int64_t C) {
+  char n[2][16];
+  snprintf(n[0], sizeof n[0], "x%d", i);
+  snprintf(n[1], sizeof n[1], "b%d", i);
+  return flat(c, rg_add(c, P(c, n[0], D2(R, C)), P(c, n[1], 1, (int64_t[]){C})));
+}
+static out c_colsum(rg_ctx *c) {
+  rg_tensor y = bias_of(c, 0, 3000, 256);
+  y = rg_concat(c, y, bias_of(c, 1, 5000, 3), 0);
+  y = rg_concat(c, y, bias_of(c, 2, 6, 4099), 0);
+  y = rg_concat(c, y, bias_of(c, 3, 1, 1024), 0);
+  rg_tensor z = P(c, "z", D3(2, 700, 77)), bz = P(c, "bz", 1, (int64_t[]){77});
+  y = rg_concat(c, y, flat(c, rg_add(c, z, bz)), 0);
+  y = rg_concat(c, y, flat(c, rg_mean(c, P(c, "m", D2(600, 40)), 0, 0)), 0);
+  return weigh(c, y);
+}
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
   rg_tensor x = P(c, "x", D2(10, 5)), y = rg_input(c, RG_I32, 1, (int64_t[]){10}, t);
   rg_tensor l = rg_add(c, rg_cross_entropy_ignore(c, x, y, -1),
                        rg_mse(c, x, rg_scale(c, P(c, "t", D2(10, 5)), 0.5f)));
+  return (out){l, l};
+}
+/* Cross-entropy's one-pass kernels: a warp per row with float4 loads (C % 4 == 0) and
+   scalar ones, a block per row at GPT-2's vocabulary width and at odd ones, some with
+   ignored rows; each loss weighted differently, and every logit a parameter of its own,
+   so each kernel's dlogits are compared. */
+static rg_tensor xent_of(rg_ctx *c, int i, int64_t N, int64_t C, int ignore) {
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)N);
+  for (int64_t r = 0; r < N; r++)
+    t[r] = ignore && r % 5 == 0 ? -100 : (int32_t)((r * 7919 + 13) % C);
+  char n[16];
+  snprintf(n, sizeof n, "l%d", i);
+  rg_tensor x = rg_scale(c, P(c, n, D2(N, C)), 3.0f), y = rg_input(c, RG_I32, 1, &N, t);
+  free(t);
+  rg_tensor l = ignore ? rg_cross_entropy_ignore(c, x, y, -100) : rg_cross_entropy(c, x, y);
+  return rg_scale(c, l, (float)(i + 1));
+}
+static out c_xent_kernels(rg_ctx *c) {
+  rg_tensor l = xent_of(c, 0, 4096, 96, 0);          /* warp, float4 */
+  l = rg_add(c, l, xent_of(c, 1, 1000, 7, 1));       /* warp, scalar, ignored rows */
+  l = rg_add(c, l, xent_of(c, 2, 3, 50304, 0));      /* block, float4 */
+  l = rg_add(c, l, xent_of(c, 3, 5, 50301, 1));      /* block, scalar, ignored rows */
+  l = rg_add(c, l, xent_of(c, 4, 40, 1030, 0));      /* block of 256, scalar */
   return (out){l, l};
 }
 static out c_shape(rg_ctx *c) {
@@ -478,16 +546,40 @@ static void run_faults(void) {
   rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
   rg_tensor t = rg_param(g, "t", RG_F32, D2(4, 3), normal(1));
   int32_t idx[3] = {1, 7, 2};
+  rg_tensor w = rg_param(g, "w", RG_F32, D2(2, 3), normal(1));
+  rg_tensor b = rg_param(g, "b", RG_F32, 1, (int64_t[]){2}, normal(1));
   rg_tensor e = rg_embedding(g, t, rg_input(g, RG_I32, 1, (int64_t[]){3}, idx));
-  rg_tensor s = rg_sum(g, e, RG_ALL_AXES, 0);
+  rg_tensor s = rg_sum(g, rg_linear(g, e, w, b), RG_ALL_AXES, 0);
+  CHECK_ST(g, rg_backward(g, s), RG_OK);
   float v;
   CHECK(rg_item(g, s, &v) == RG_ERR_MISUSE && msg_has(g, "rg_embedding") && msg_has(g, "7"),
         "bad index on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
+  /* the gradients the failed step folded into a GEMM (w) and a column sum (b) are
+     untouched: they skip their adds after the fault */
+  float gw[6] = {1}, gb[2] = {1};
+  CHECK_ST(g, rg_read(g, rg_grad(g, w), gw, sizeof gw), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
+  int nonzero = 0;
+  for (int i = 0; i < 6; i++) nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0);
+  CHECK(nonzero == 0, "a failed step left %d gradient elements of w and b changed", nonzero);
+  /* a bad target: the forward names it; the step's gradients stay untouched */
+  CHECK_ST(g, rg_step_begin(g), RG_OK);
+  int32_t tg[4] = {0, 1, 9, -3};
+  rg_tensor xl = rg_linear(g, rg_param(g, "in", RG_F32, D2(4, 3), normal(1)), w, b);
+  rg_tensor ce = rg_cross_entropy(g, xl, rg_input(g, RG_I32, 1, (int64_t[]){4}, tg));
+  CHECK_ST(g, rg_backward(g, ce), RG_OK);
+  CHECK(rg_item(g, ce, &v) == RG_ERR_MISUSE && msg_has(g, "rg_cross_entropy") &&
+            msg_has(g, "target 9 at row 2"),
+        "bad target on CUDA: %s", rg_errmsg(g));
+  rg_clear_error(g);
+  CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
+  CHECK(gb[0] == 0 && gb[1] == 0, "a failed cross-entropy step changed b's gradient");
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   rg_tensor ok = rg_sum(g, t, RG_ALL_AXES, 0);
   CHECK_ST(g, rg_item(g, ok, &v), RG_OK);
-  printf("%-12s %s  %s\n", "faults", failed() ? "FAIL" : "PASS", "bad index reported, context recovers");
+  printf("%-12s %s  %s\n", "faults", failed() ? "FAIL" : "PASS",
+         "bad index and target reported, gradients untouched, context recovers");
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
@@ -569,11 +661,13 @@ int main(void) {
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
       {"linear-act", c_linear_act, 1e-5},
-      {"norms", c_norms, 1e-5},     {"embedding", c_embedding, 1e-6},
+      {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
+      {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
       {"attn-long", c_attn_long, 1e-5}, {"attn-qkv", c_attn_qkv, 1e-5},
-      {"xent+mse", c_xent, 1e-5}, {"shape", c_shape, 1e-6},
+      {"colsum", c_colsum, 1e-6},   {"xent+mse", c_xent, 1e-5},
+      {"xent-kernels", c_xent_kernels, 1e-5}, {"shape", c_shape, 1e-6},
       {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
       {"bf16", c_bf16, 1e-5},
   };

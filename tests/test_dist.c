@@ -114,8 +114,9 @@ static void whole(int rank, int world, int port, result *r) {
 }
 
 /* Checks the buckets recorded by one backward with bucket_bytes 1: aux[0] = nodes,
-   aux[1] = 1 if each gradient is in exactly one and every ACCUM into it comes before,
-   aux[2] = 1 if the first ALLREDUCE precedes the ACCUMs of the first layer. */
+   aux[1] = 1 if each gradient is in exactly one and every add into it comes before,
+   aux[2] = 1 if the first ALLREDUCE precedes the adds into the first layer's gradients.
+   An add is an ACCUM, or the GEMM or column sum rg_backward folded it into. */
 static void check_buckets(rg_ctx *ctx, const mlp *m, result *r) {
   size_t k0 = ctx->n_nodes;
   rg_tensor loss = forward_loss(ctx, m, 0, 0, B);
@@ -124,7 +125,8 @@ static void check_buckets(rg_ctx *ctx, const mlp *m, result *r) {
   size_t first_ar = 0, first_layer = 0;
   for (size_t k = k0; k < ctx->n_nodes; k++) {
     const rg_node *n = &ctx->nodes[k];
-    for (int i = 0; i < 6 && n->op == RG_OP_ACCUM; i++) {
+    bool adds = n->op == RG_OP_ACCUM || n->op == RG_OP_MATMUL_ACC || n->op == RG_OP_SUM_TO_ACC;
+    for (int i = 0; i < 6 && adds; i++) {
       uint32_t g = rg__t(ctx, ctx->prefs[i])->grad;
       if (n->in[0] != g) continue;
       if (seen[i]) ordered = 0; /* accumulated after its all-reduce */

@@ -36,9 +36,9 @@ static void build(rg_ctx *c, model *m) {
   m->opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.01f});
 }
 
-/* One step; *ran says whether its drain completed (1: the optimizer update happened) or
-   only its last call, rg_zero_grad, failed (2: the update is queued and runs at the next
-   barrier). The budget trace records pass_bytes after each call when trace != NULL. */
+/* One step; *ran is 0 while its update is not recorded, 1 once it is (the next barrier
+   runs it whatever fails after), 2 when its drain completed. The budget trace records
+   pass_bytes after each call when trace != NULL. */
 static rg_status step(rg_ctx *c, model *m, const char *file, int *ran, size_t *trace, int *nt) {
   float x[B * D];
   int32_t y[B];
@@ -69,12 +69,13 @@ static rg_status step(rg_ctx *c, model *m, const char *file, int *ran, size_t *t
   if ((st = rg_clip_grad_norm(c, 1.0f)) != RG_OK) return st;
   T_;
   if ((st = rg_optim_step(m->opt)) != RG_OK) return st;
+  *ran = 1;
   T_;
-  if ((st = rg_zero_grad(c)) != RG_OK) return *ran = 2, st;
+  if ((st = rg_zero_grad(c)) != RG_OK) return st;
   T_;
   float l;
   if ((st = rg_item(c, loss, &l)) != RG_OK) return rg_error(c) != RG_OK ? rg_error(c) : st;
-  *ran = 1;
+  *ran = 2;
   return file ? rg_save(c, file, m->opt) : RG_OK;
 #undef T_
 }
@@ -140,17 +141,14 @@ static void test_alloc_failures(void) {
       CHECK(st == RG_ERR_OOM || (st == RG_OK && e == RG_OK), "allocation %llu: %s, sticky %s: %s",
             (unsigned long long)n, rg_status_str(st), rg_status_str(e), rg_errmsg(c));
       rg_clear_error(c);
-      /* Retry: the whole step if its update never ran, else what failed and the save. A
-         failure after rg_backward succeeded (in the clip, say) leaves its gradients
-         queued, so they are zeroed first, as a caller redoing the step's backward pass
-         must. */
+      /* Retry: the whole step if its update never ran, else just the save. A failure
+         after rg_backward succeeded (in the clip, say) leaves its gradients queued, so
+         they are zeroed first, as a caller redoing the step's backward pass must. */
       if (!ran) {
         CHECK_ST(c, rg_zero_grad(c), RG_OK);
         CHECK_ST(c, step(c, &m, path, &ran, NULL, NULL), RG_OK);
-      } else {
-        if (ran == 2) CHECK_ST(c, rg_zero_grad(c), RG_OK);
-        CHECK_ST(c, rg_save(c, path, m.opt), RG_OK);
       }
+      else CHECK_ST(c, rg_save(c, path, m.opt), RG_OK);
     }
     weights(c, &m, got);
     CHECK(!memcmp(got, ref, sizeof ref), "allocation %llu: weights differ from a run without "

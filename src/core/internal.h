@@ -256,8 +256,9 @@ void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this
 
 /* --- ops and autograd --- */
 typedef struct rg_opinfo {
-  const char *name;
+  const char *name;   /* the call that records it, for messages (shared by some ops) */
   int nin, nout;
+  const char *kernel; /* the op's own name (ops.h's lower-case column) */
 } rg_opinfo;
 extern const rg_opinfo rg_optab[RG_OP_COUNT];
 /* Records backward for node n given output gradients g[] (refs, 0 = none); writes input

@@ -13,7 +13,7 @@
 #include <string.h>
 
 const rg_opinfo rg_optab[RG_OP_COUNT] = {
-#define RG_OP_ROW(E, n, s, ni, no) [RG_OP_##E] = {s, ni, no},
+#define RG_OP_ROW(E, n, s, ni, no) [RG_OP_##E] = {s, ni, no, #n},
     RG_OPS(RG_OP_ROW)
 #undef RG_OP_ROW
 };
@@ -434,9 +434,14 @@ static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_
   if (!ok)
     return shape_error(ctx, call, "do not fit: logits are [..., C] and targets [...] (the "
                        "logits' shape without its last axis)", &sl, &st), RG_NONE;
-  int64_t iv[4] = {has_ignore, ignore, 0, 0};
-  rg_shape o = {RG_F32, 0, {0}};
-  return emit1(ctx, RG_OP_CROSS_ENTROPY, in, o, iv, NULL);
+  int64_t iv[4] = {has_ignore, ignore, 0, 0}, rows = 1;
+  for (int i = 0; i < st.ndim; i++) rows *= st.dims[i];
+  /* the loss, and the row statistics its backward reads (ops.h) */
+  rg_shape o[2] = {{RG_F32, 0, {0}}, {RG_F32, 2, {rows + 1, 2}}};
+  uint32_t out[RG_MAX_OUT] = {0};
+  return rg__emit(ctx, RG_OP_CROSS_ENTROPY, in, o, iv, NULL, NULL, out) == RG_OK
+             ? rg__handle(ctx, out[0])
+             : RG_NONE;
 }
 rg_tensor rg_cross_entropy(rg_ctx *c, rg_tensor l, rg_tensor t) { return xent(c, l, t, 0, 0); }
 rg_tensor rg_cross_entropy_ignore(rg_ctx *c, rg_tensor l, rg_tensor t, int ignore_index) {

@@ -40,8 +40,12 @@
  *            i[0] causal, i[1] = H heads of D = C/H, i[2] as ATTENTION. Head h's q, k, v
  *            are columns h D + [0,D) of the thirds [0,C), [C,2C), [2C,3C) of each row; its
  *            output is columns h D + [0,D).
- *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean; i[0] = has ignore,
- *            i[1] = ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
+ *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean, stats F32 [N+1, 2]
+ *            (N = the targets' count); i[0] = has ignore, i[1] = ignore_index. Target
+ *            outside [0,C) (and not ignored): fail, naming it. stats row r < N: the row's
+ *            max logit and log sum exp(x - max) ((0, 0) for a row that takes no part);
+ *            row N: (count of rows taking part, 0). The backward reads them, so it
+ *            reads the logits once.
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
  *  COPY      out = x (same element count; used by reshape and detach).
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
@@ -61,13 +65,16 @@
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv
  *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C]
- *  CROSS_ENTROPY_BWD (logits, targets, g scalar; i[0], i[1]) -> dlogits
+ *  CROSS_ENTROPY_BWD (logits, targets, g scalar, stats; i[0], i[1]) -> dlogits =
+ *            (exp(x - max - lse) - onehot) g / count; zero rows where ignored
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
  *  ACCUM     in[0] += in[1] (same shape).
  *  MATMUL_ACC in[0] += op(in[1]) op(in[2]), 2-D, i[0] i[1] as MATMUL (in[0] F32, the
  *            factors F32 or BF16): rg_backward turns a weight gradient's MATMUL and
  *            the ACCUM after it into this one node.
+ *  SUM_TO_ACC in[0] += in[1] summed to in[0]'s shape as SUM_TO sums (in[0] F32):
+ *            rg_backward turns a bias gradient's SUM_TO and its ACCUM into this node.
  *  ZERO_LIST aux = rg_list of tensors to zero.
  *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
  *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
@@ -116,7 +123,7 @@
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
   X(ATTENTION, attention, "rg_attention", 3, 2)               \
   X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2)   \
-  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 1)   \
+  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 2)   \
   X(MSE, mse, "rg_mse", 2, 1)                                 \
   X(COPY, copy, "rg_copy", 1, 1)                              \
   X(PERMUTE, permute, "rg_permute", 1, 1)                     \
@@ -138,10 +145,11 @@
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \
   X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1) \
-  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 3, 1) \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1) \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \
   X(MATMUL_ACC, matmul_acc, "rg_backward", 3, 0)              \
+  X(SUM_TO_ACC, sum_to_acc, "rg_backward", 2, 0)              \
   X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
   X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \
   X(ADAMW, adamw, "rg_optim_step", 1, 0)                      \

@@ -566,40 +566,54 @@ static rg_status ce_check(rg_kargs *k, const ce_view *v, int64_t *count) {
   return RG_OK;
 }
 
-/* -log softmax(x)[t] for one row: logsumexp(x) - x[t], the exp sum taken in double. */
-static double ce_row(const float *x, int64_t C, int32_t t) {
+/* -log softmax(x)[t] for one row: max + log sum exp(x - max) - x[t], the exp sum taken in
+   double; st gets the max and the log of the sum. */
+static double ce_row(const float *x, int64_t C, int32_t t, float *st) {
   float m = row_max(x, C);
   double s = 0;
   for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  st[0] = m;
+  st[1] = (float)log(s);
   return (double)m + log(s) - x[t];
 }
 
+/* Writes the row statistics (ops.h) and the mean of -log softmax(x)[t] = max + log sum
+   exp(x - max) - x[t] over the rows that take part. */
 rg_status rg_cpu_cross_entropy(rg_kargs *k) {
   ce_view v = ce_shape(k);
   int64_t count;
   rg_status st = ce_check(k, &v, &count);
   if (st != RG_OK) return st;
+  float *stats = k->out[1].p;
   double part[MAX_CHUNKS];
   int64_t nchunk = min64(MAX_CHUNKS, v.N), csize = nchunk ? (v.N + nchunk - 1) / nchunk : 0;
 #pragma omp parallel for num_threads(nthreads(k)) if(v.N * v.C > PAR_MIN) schedule(static)
   for (int64_t c = 0; c < nchunk; c++) {
     double s = 0;
-    for (int64_t r = c * csize; r < min64(v.N, (c + 1) * csize); r++)
-      if (!ce_ignored(&v, r)) s += ce_row(v.x + r * v.C, v.C, v.tg[r]);
+    for (int64_t r = c * csize; r < min64(v.N, (c + 1) * csize); r++) {
+      float *sr = stats + 2 * r;
+      sr[0] = sr[1] = 0.f;
+      if (!ce_ignored(&v, r)) s += ce_row(v.x + r * v.C, v.C, v.tg[r], sr);
+    }
     part[c] = s;
   }
   double total = 0;
   for (int64_t c = 0; c < nchunk; c++) total += part[c];
+  stats[2 * v.N] = (float)count;
+  stats[2 * v.N + 1] = 0.f;
   ((float *)k->out[0].p)[0] = count ? (float)(total / (double)count) : 0.f;
   return RG_OK;
 }
 
+/* dlogits = (exp(x - max - lse) - onehot(t)) * g / count from the forward's row
+   statistics: one read of the logits, no separate softmax. */
 rg_status rg_cpu_cross_entropy_bwd(rg_kargs *k) {
   ce_view v = ce_shape(k);
   int64_t count;
   rg_status st = ce_check(k, &v, &count);
   if (st != RG_OK) return st;
   float *dx = k->out[0].p;
+  const float *stats = k->in[3].p;
   float coef = count ? ((const float *)k->in[2].p)[0] / (float)count : 0.f;
 #pragma omp parallel for num_threads(nthreads(k)) if(v.N * v.C > PAR_MIN) schedule(static)
   for (int64_t r = 0; r < v.N; r++) {
@@ -608,8 +622,8 @@ rg_status rg_cpu_cross_entropy_bwd(rg_kargs *k) {
       memset(d, 0, (size_t)v.C * sizeof(float));
       continue;
     }
-    softmax_row(v.x + r * v.C, d, v.C);
-    for (int64_t c = 0; c < v.C; c++) d[c] *= coef;
+    const float *x = v.x + r * v.C, m = stats[2 * r], ls = stats[2 * r + 1];
+    for (int64_t c = 0; c < v.C; c++) d[c] = expf((x[c] - m) - ls) * coef;
     d[v.tg[r]] -= coef;
   }
   return RG_OK;

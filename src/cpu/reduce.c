@@ -207,10 +207,16 @@ static void split_kept(const rg_tv *x, const rg_tv *out, axset *kept, axset *red
   }
 }
 
+/* o[i] = v, or o[i] += v for sum_to_acc: the float add an ACCUM after a SUM_TO would do,
+   so folding the two changes no bit. */
+static inline void put(float *o, int64_t i, double v, bool add) {
+  o[i] = add ? o[i] + (float)v : (float)v;
+}
+
 /* The innermost x axis is kept: out's innermost axis is contiguous in both, so sum whole
    rows of it into a block of double accumulators. */
 static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, int threads,
-                        bool big) {
+                        bool big, bool add) {
   (void)threads, (void)big; /* read only by OpenMP pragmas */
   int64_t I = kept.size[kept.n - 1];
   kept.n--; /* the rest index the outer kept positions */
@@ -225,13 +231,13 @@ static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, 
       const float *row = base + axset_offset(red, r);
       for (int64_t j = 0; j < nb; j++) acc[j] += row[j];
     }
-    for (int64_t j = 0; j < nb; j++) o[kk * I + i0 + j] = (float)acc[j];
+    for (int64_t j = 0; j < nb; j++) put(o, kk * I + i0 + j, acc[j], add);
   }
 }
 
 /* The innermost x axis is summed away: each output sums contiguous runs of it. */
 static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, int threads,
-                        bool big) {
+                        bool big, bool add) {
   (void)threads, (void)big; /* read only by OpenMP pragmas */
   int64_t L = red.size[red.n - 1];
   red.n--;
@@ -244,31 +250,35 @@ static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, 
       const float *run = base + axset_offset(&red, r);
       for (int64_t j = 0; j < L; j++) acc += run[j];
     }
-    o[e] = (float)acc;
+    put(o, e, acc, add);
   }
 }
 
-rg_status rg_cpu_sum_to(rg_kargs *k) {
-  const rg_tv *x = &k->in[0], *out = &k->out[0];
+/* out = x summed to out's shape, or out += that sum (add). */
+static rg_status sum_to(rg_kargs *k, const rg_tv *x, const rg_tv *out, bool add) {
   axset kept, red;
+  float *o = out->p;
   if (out->n == 0) return RG_OK;
   if (x->n == 0) { /* every output sums nothing */
-    memset(out->p, 0, (size_t)out->n * sizeof(float));
+    if (!add) memset(o, 0, (size_t)out->n * sizeof(float));
     return RG_OK;
   }
   split_kept(x, out, &kept, &red);
   bool big = x->n > PAR_MIN;
   if (red.n == 0) { /* nothing to sum: the shapes differ only by size-1 axes */
-    memcpy(out->p, x->p, (size_t)x->n * sizeof(float));
+    for (int64_t i = 0; i < x->n; i++) put(o, i, ((const float *)x->p)[i], add);
   } else if (kept.n == 0) {
-    ((float *)out->p)[0] = (float)det_sum(x->p, x->n, nthreads(k));
+    put(o, 0, det_sum(x->p, x->n, nthreads(k)), add);
   } else if (kept.stride[kept.n - 1] == 1) {
-    sum_to_rows(x->p, out->p, kept, &red, nthreads(k), big);
+    sum_to_rows(x->p, o, kept, &red, nthreads(k), big, add);
   } else {
-    sum_to_runs(x->p, out->p, &kept, red, nthreads(k), big);
+    sum_to_runs(x->p, o, &kept, red, nthreads(k), big, add);
   }
   return RG_OK;
 }
+
+rg_status rg_cpu_sum_to(rg_kargs *k) { return sum_to(k, &k->in[0], &k->out[0], false); }
+rg_status rg_cpu_sum_to_acc(rg_kargs *k) { return sum_to(k, &k->in[1], &k->in[0], true); }
 
 /* ---- expand ---------------------------------------------------------------------------- */
 

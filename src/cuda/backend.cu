@@ -192,10 +192,20 @@ static void prof_print(rg_cuda_state *s) {
     }
   fprintf(stderr, "resgrad profile: %lld drains, %.3f ms of device time per drain\n",
           s->prof_drains, total / (double)(s->prof_drains ? s->prof_drains : 1));
-  fprintf(stderr, "  %-22s %10s %12s %10s %6s\n", "op", "calls", "total ms", "mean us", "%");
+  fprintf(stderr, "  %-28s %10s %12s %10s %6s\n", "op", "calls", "total ms", "mean us", "%");
   for (int k = 0; k < n; k++) {
     int i = order[k];
-    fprintf(stderr, "  %-22s %10lld %12.3f %10.2f %6.1f\n", rg_optab[i].name, s->prof_calls[i],
+    /* ops recorded by one call (rg_backward's accum, matmul_acc, sum_to_acc) are told
+       apart by their own names */
+    bool shared = false;
+    for (int j = 0; j < RG_OP_COUNT; j++)
+      shared |= j != i && !strcmp(rg_optab[j].name, rg_optab[i].name);
+    char name[64];
+    if (shared)
+      snprintf(name, sizeof name, "%s (%s)", rg_optab[i].name, rg_optab[i].kernel);
+    else
+      snprintf(name, sizeof name, "%s", rg_optab[i].name);
+    fprintf(stderr, "  %-28s %10lld %12.3f %10.2f %6.1f\n", name, s->prof_calls[i],
             s->prof_ms[i], 1e3 * s->prof_ms[i] / (double)s->prof_calls[i],
             100.0 * s->prof_ms[i] / (total > 0 ? total : 1));
   }

@@ -106,6 +106,15 @@ RG_OPS(RG_CUDA_DECL)
    -1 -Inf). */
 rg_status rg_cuda_check_finite(rg_kargs *k);
 
+/* reduce.cu: the second pass of a deterministic column sum. part [nchunk][ncol] holds
+   per-chunk partials; column c's chunks are added in a fixed order and written with
+   out[c] = sum / div (c < C) or out2[c - C] = sum / div (a part holding two results side
+   by side, ncol = 2C; a NULL output's columns are not written); with acc (the error
+   word) out[c] += sum instead, skipped after a fault. Launch errors are left for the
+   caller's rg_cuda_check_launch. */
+void rg_cuda_col_final(rg_cuda_launch *L, const double *part, int64_t nchunk, int64_t ncol,
+                       int64_t C, double div, float *out, float *out2, const rg_cuda_err *acc);
+
 /* Checks the launch just made; on failure writes cudaGetErrorString to k->msg. */
 rg_status rg_cuda_check_launch(rg_kargs *k, const char *what);
 

@@ -5,8 +5,9 @@
  *
  * Invariants:
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
- *    threads (a warp when C <= 1024, else a whole block); per-row sums accumulate in
- *    double like the CPU, in an order fixed by the group size, so results repeat exactly.
+ *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 up
+ *    to 1024 by a warp holding the row in registers); per-row sums accumulate in double
+ *    like the CPU, in an order fixed by the group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
  *    adds them in order. Embedding's backward sorts positions by id (a counting sort made
@@ -295,6 +296,200 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
   }
 }
 
+/* ---- layernorm and rmsnorm on short rows: a warp per row from registers ----------------
+   gpt-char's layernorm backward on [4096, 256] took 25 us (an H200) and GPT-2's on
+   [8192, 768] 64 us: the kernels above read a row of x four times and g twice with a
+   strided loop each time, and the dgamma/dbeta kernel gave 8 blocks 8 row segments each.
+   For C % 4 == 0 and C <= 128 NV, a warp holds its row of x (and g) in registers, NV
+   float4 per lane (C = 256: 2), so each is read once with 512-byte coalesced loads. The
+   statistics are the same doubles as above. The backward also sums dgamma and dbeta:
+   block b takes rows [b rchunk, (b+1) rchunk), its warps alternating; each lane adds its
+   columns over its warp's rows (a few, in float), the block adds its warps' sums in warp
+   order (double, shared memory) into part[b] = [dgamma | dbeta], and rg_cuda_col_final
+   (reduce.cu) adds the blocks in order: deterministic, no atomics. Expected: ~4-6 us on
+   [4096, 256] (from 25), ~20 us on [8192, 768] (from 64; 75 MB moved). */
+
+#define NORM_WARPS 8     /* warps (rows at a time) per block */
+#define NORM_ROWS 16     /* rows per block of the backward at least */
+#define NORM_BLOCKS 1024 /* at most, so the partials stay small */
+
+typedef struct norm_args {
+  const float *x, *gamma, *beta, *g;
+  float *out;            /* y, or dx (may be NULL) */
+  int64_t R, C, rchunk;  /* rchunk: the backward's rows per block */
+  double eps;
+  double *part;          /* the backward's [gridDim.x][2C] partials */
+} norm_args;
+
+/* The lane's share of a row: float4 j is column group j*32 + lane, zeros past the row. */
+template <int NV>
+__device__ __forceinline__ void load_row(const float *p, int64_t C4, int lane, float4 (&v)[NV]) {
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    int64_t q = (int64_t)j * 32 + lane;
+    v[j] = q < C4 ? ((const float4 *)p)[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+/* Component e of v (e a constant once the loops are unrolled: stays in registers). */
+__device__ __forceinline__ float at(const float4 &v, int e) {
+  return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+/* The lane's float4 groups of a row: row[c] = f(j, c, e) for column c = 4 q + e of group
+   q = j*32 + lane, for the groups inside the row. */
+template <int NV, typename F>
+__device__ __forceinline__ void store_row(float *row, int64_t C4, int lane, F f) {
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    int64_t q = (int64_t)j * 32 + lane, c = 4 * q;
+    if (q < C4)
+      ((float4 *)row)[q] = make_float4(f(j, c, 0), f(j, c + 1, 1), f(j, c + 2, 2), f(j, c + 3, 3));
+  }
+}
+
+__device__ __forceinline__ double sum4(float4 v) {
+  return ((double)v.x + v.y) + ((double)v.z + v.w);
+}
+__device__ __forceinline__ double sq4(float4 v, double mu) {
+  double a = v.x - mu, b = v.y - mu, c = v.z - mu, d = v.w - mu;
+  return (a * a + b * b) + (c * c + d * d);
+}
+
+/* (mu, rstd) of the row held by the warp, as row_stats computes them. */
+template <int NV, bool CENTRE>
+__device__ __forceinline__ double2 warp_stats(const float4 (&xv)[NV], int64_t C, int lane,
+                                              double eps) {
+  int64_t C4 = C / 4;
+  double mu = 0;
+  if (CENTRE) {
+    double s = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) s += sum4(xv[j]); /* zeros past the row */
+    mu = warp_sum(s) / (double)C;
+  }
+  double v = 0;
+#pragma unroll
+  for (int j = 0; j < NV; j++)
+    if ((int64_t)j * 32 + lane < C4) v += sq4(xv[j], mu);
+  v = warp_sum(v);
+  return make_double2(mu, 1.0 / sqrt(v / (double)C + eps));
+}
+
+template <int NV, bool CENTRE>
+__global__ void norm_fwd_warp_k(norm_args a) {
+  int lane = threadIdx.x & 31;
+  int64_t C4 = a.C / 4;
+  for (int64_t r = (int64_t)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5); r < a.R;
+       r += (int64_t)gridDim.x * NORM_WARPS) {
+    float4 xv[NV];
+    load_row<NV>(a.x + r * a.C, C4, lane, xv);
+    double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
+    store_row<NV>(a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
+      float v = (float)((at(xv[j], e) - st.x) * st.y);
+      if (a.gamma) v = __fmul_rn(v, a.gamma[c]);
+      return a.beta ? __fadd_rn(v, a.beta[c]) : v;
+    });
+  }
+}
+
+/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma (norm_bwd_k's), and the
+   block's partial dgamma = sum g xhat, dbeta = sum g (see above). Shared: 2C doubles. */
+template <int NV, bool CENTRE>
+__global__ void norm_bwd_warp_k(norm_args a) {
+  extern __shared__ double shp[];
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  int64_t C4 = a.C / 4, r0 = (int64_t)blockIdx.x * a.rchunk, r1 = min(a.R, r0 + a.rchunk);
+  float ag[NV][4], ab[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) ag[j][e] = ab[j][e] = 0.f;
+  for (int64_t r = r0 + wid; r < r1; r += NORM_WARPS) {
+    float4 xv[NV], gv[NV];
+    load_row<NV>(a.x + r * a.C, C4, lane, xv);
+    load_row<NV>(a.g + r * a.C, C4, lane, gv);
+    double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
+    double s1 = 0, s2 = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      int64_t q = (int64_t)j * 32 + lane;
+      if (q >= C4) continue;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float ge = at(gv[j], e);
+        double xh = (at(xv[j], e) - st.x) * st.y;
+        double dxh = a.gamma ? (double)ge * a.gamma[4 * q + e] : (double)ge;
+        s1 += dxh;
+        s2 += dxh * xh;
+        ag[j][e] += (float)(ge * xh);
+        ab[j][e] += ge;
+      }
+    }
+    s1 = warp_sum(s1);
+    s2 = warp_sum(s2);
+    if (!a.out) continue;
+    double m1 = CENTRE ? s1 / (double)a.C : 0.0, m2 = s2 / (double)a.C;
+    store_row<NV>(a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
+      float ge = at(gv[j], e);
+      double xh = (at(xv[j], e) - st.x) * st.y;
+      double dxh = a.gamma ? (double)ge * a.gamma[c] : (double)ge;
+      return (float)(st.y * (dxh - m1 - xh * m2));
+    });
+  }
+  /* the block's column sums: warps add theirs in warp order */
+  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x) shp[c] = 0;
+  for (int w = 0; w < NORM_WARPS; w++) {
+    __syncthreads();
+    if (wid != w) continue;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      int64_t q = (int64_t)j * 32 + lane;
+      if (q >= C4) continue;
+#pragma unroll
+      for (int e = 0; e < 4; e++) shp[4 * q + e] += ag[j][e], shp[a.C + 4 * q + e] += ab[j][e];
+    }
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x)
+    a.part[(int64_t)blockIdx.x * 2 * a.C + c] = shp[c];
+}
+
+/* Rows of C floats at p, q (NULL: none) can be read and written as float4: every row
+   starts 16-byte aligned. Tensors start 256-aligned, so this is C % 4 == 0 in practice. */
+bool rows4(int64_t C, const void *p, const void *q) {
+  return C % 4 == 0 && ((uintptr_t)p & 15) == 0 && ((uintptr_t)q & 15) == 0;
+}
+
+/* NV float4 per lane for rows of C (x, g and the output), or 0 where the warp kernels do
+   not apply. */
+int norm_nv(int64_t C, const float *x, const float *g, const float *out) {
+  if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
+  return C <= 256 ? 2 : C <= 768 ? 6 : C <= 1024 ? 8 : 0; /* gpt-char, GPT-2, the bound */
+}
+
+template <bool CENTRE>
+void launch_norm_fwd_warp(cudaStream_t s, int nv, const norm_args &a) {
+  unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
+  if (nv == 2)
+    norm_fwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+  else if (nv == 6)
+    norm_fwd_warp_k<6, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+  else
+    norm_fwd_warp_k<8, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+}
+
+template <bool CENTRE>
+void launch_norm_bwd_warp(cudaStream_t s, int nv, unsigned grid, const norm_args &a) {
+  size_t shm = 2 * (size_t)a.C * sizeof(double);
+  if (nv == 2)
+    norm_bwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+  else if (nv == 6)
+    norm_bwd_warp_k<6, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+  else
+    norm_bwd_warp_k<8, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+}
+
 /* ---- id checks (embedding, cross-entropy) ------------------------------------------------- */
 
 /* Scratch header of the kernels that check ids: the lowest failing position and a count.
@@ -487,7 +682,15 @@ __global__ void emb_scatter_k(const float *__restrict__ g, const int32_t *__rest
   }
 }
 
-/* ---- cross-entropy ----------------------------------------------------------------------- */
+/* ---- cross-entropy -----------------------------------------------------------------------
+   On GPT-2's logits [8192, 50304] F32 (1.65 GB) the forward took 1.40 ms and the backward
+   2.55 ms (an H200): each read a row twice or three times (max, exp sum, write). Now the
+   forward reads each logit once, keeping a running max and an exp sum rescaled when the
+   max grows (one expf per element), and saves each row's max and log sum (ops.h: stats);
+   the backward reads the logits once and writes dlogits = (exp(x - max - lse) - onehot)
+   g / count, with the count the forward saved too (no counting kernel). Rows whose width
+   is a multiple of 4 are read and written as float4. Expected: ~0.45 ms forward (one
+   read) and ~0.85 ms backward (a read and a write), from 1.40 and 2.55. */
 
 typedef struct ce_args {
   const float *x;
@@ -501,30 +704,80 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
   return a.has_ignore && (int64_t)tv == a.ignore;
 }
 
-/* Per block: the sum (double, rows in a fixed order) of -log softmax(x)[t] over its rows
-   and their count, to part[block] and cnt[block]; bad targets go to the check word. */
-template <bool WARP>
-__global__ void ce_fwd_k(ce_args a, check_hdr *h, double *__restrict__ part,
-                         double *__restrict__ cnt) {
-  __shared__ double shd[32], wl[32], wc[32];
-  __shared__ float shf[32];
+/* Running (max m, sum s of exp(x - m)) over one more logit. x == m covers -inf == -inf,
+   whose expf(NaN) would poison s; a NaN logit does poison it, as on the CPU. */
+__device__ __forceinline__ void ms_add(float &m, double &s, float x) {
+  if (x > m) {
+    s = s * (double)expf(m - x) + 1.0;
+    m = x;
+  } else {
+    s += x == m ? 1.0 : (double)expf(x - m);
+  }
+}
+__device__ __forceinline__ void ms_add4(float &m, double &s, float4 v) {
+  ms_add(m, s, v.x), ms_add(m, s, v.y), ms_add(m, s, v.z), ms_add(m, s, v.w);
+}
+
+/* Merges another thread's pair. The sum of the two rescaled parts is commutative, so a
+   butterfly leaves every lane with the same bits. */
+__device__ __forceinline__ void ms_merge(float &m, double &s, float mo, double so) {
+  float M = fmaxf(m, mo);
+  s = (m == M ? s : s * (double)expf(m - M)) + (mo == M ? so : so * (double)expf(mo - M));
+  m = M;
+}
+
+/* The row's (max, exp sum) over its group (a warp or the block); every thread gets it.
+   In block mode the warps' pairs are merged in warp order, after a leading barrier that
+   makes back-to-back rows safe. */
+template <bool WARP, bool V4>
+__device__ __forceinline__ void row_ms(const float *xr, int64_t C, int G, int t, float &m,
+                                       double &s, float *shm, double *shs) {
+  m = -INFINITY, s = 0;
+  if (V4) {
+    const float4 *x4 = (const float4 *)xr;
+#pragma unroll 4
+    for (int64_t i = t; i < C / 4; i += G) ms_add4(m, s, x4[i]);
+  } else {
+#pragma unroll 4
+    for (int64_t c = t; c < C; c += G) ms_add(m, s, xr[c]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    ms_merge(m, s, __shfl_xor_sync(FULL, m, o), __shfl_xor_sync(FULL, s, o));
+  if (WARP) return;
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) shm[wid] = m, shs[wid] = s;
+  __syncthreads();
+  m = shm[0], s = shs[0];
+  for (int w = 1; w < nw; w++) ms_merge(m, s, shm[w], shs[w]);
+}
+
+/* Per block: the sum (double, rows in a fixed order) of max + log(sum) - x[t] over its
+   rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
+   bad targets go to the check word. */
+template <bool WARP, bool V4>
+__global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
+                         double *__restrict__ part, double *__restrict__ cnt) {
+  __shared__ double shs[32], wl[32], wc[32];
+  __shared__ float shm[32];
   double mine = 0, count = 0;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
-    if (ce_ignored(a, tv)) continue; /* uniform over the row's group */
-    if (tv < 0 || tv >= a.C) {
-      if (t == 0) atomicMin(&h->bad, (unsigned long long)r);
+    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
+    if (ignored || bad) { /* uniform over the row's group */
+      if (t == 0) stats[r] = make_float2(0.f, 0.f);
+      if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
       continue;
     }
     const float *xr = a.x + r * a.C;
-    float m = -INFINITY;
-    for (int64_t c = t; c < a.C; c += G) m = fmaxf(m, xr[c]);
-    m = grp_max<WARP>(m, shf);
-    double s = 0;
-    for (int64_t c = t; c < a.C; c += G) s += expf(xr[c] - m);
-    s = grp_sum<WARP>(s, shd);
+    float m;
+    double s;
+    row_ms<WARP, V4>(xr, a.C, G, t, m, s, shm, shs);
     if (t == 0) {
-      mine += (double)m + log(s) - (double)xr[tv];
+      double ls = log(s);
+      stats[r] = make_float2(m, (float)ls);
+      mine += (double)m + ls - (double)xr[tv];
       count += 1;
     }
   }
@@ -540,77 +793,66 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, double *__restrict__ part,
   }
 }
 
-/* Adds the nb partials in order: out = count ? sum / count : 0; reports a bad target. */
+/* Adds the nb partials in order: out = count ? sum / count : 0, stats[N] = (count, 0);
+   reports a bad target. */
 __global__ void ce_final_k(const double *__restrict__ part, const double *__restrict__ cnt,
                            int nb, const check_hdr *h, const int32_t *__restrict__ tg,
-                           int64_t C, float *__restrict__ out, rg_cuda_err *err, int node) {
+                           int64_t N, int64_t C, float *__restrict__ out,
+                           float2 *__restrict__ stats, rg_cuda_err *err, int node) {
   __shared__ double sh[32];
   double s = 0, c = 0;
   for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i], c += cnt[i];
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  s = warp_sum(s);
-  c = warp_sum(c);
-  __syncthreads();
-  if (lane == 0) sh[wid] = s;
-  __syncthreads();
-  s = warp_sum(lane < nw ? sh[lane] : 0.0);
-  __syncthreads();
-  if (lane == 0) sh[wid] = c;
-  __syncthreads();
-  c = warp_sum(lane < nw ? sh[lane] : 0.0);
+  s = grp_sum<false>(s, sh);
+  c = grp_sum<false>(c, sh);
   if (threadIdx.x == 0) {
     report_bad(h, tg, C, RG_CUDA_E_TARGET, err, node);
     out[0] = c != 0 ? (float)(s / c) : 0.f;
+    stats[N] = make_float2((float)c, 0.f);
   }
 }
 
-/* Counts the rows that take part (integer atomics: exact) and finds the lowest bad one. */
-__global__ void ce_count_k(ce_args a, check_hdr *h) {
-  unsigned long long mine = 0;
-  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < a.N;
-       r += (int64_t)gridDim.x * blockDim.x) {
-    int32_t tv = a.tg[r];
-    if (ce_ignored(a, tv)) continue;
-    if (tv < 0 || tv >= a.C)
-      atomicMin(&h->bad, (unsigned long long)r);
-    else
-      mine++;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
-  if ((threadIdx.x & 31) == 0 && mine) atomicAdd(&h->count, mine);
+/* One dlogit: exp(x - max - lse) * coef, less coef at the target, as the CPU computes it. */
+__device__ __forceinline__ float ce_grad(float x, float2 st, float coef, bool target) {
+  float v = __fmul_rn(expf(__fsub_rn(__fsub_rn(x, st.x), st.y)), coef);
+  return target ? __fsub_rn(v, coef) : v;
 }
 
-/* dlogits = (softmax(x) - onehot(t)) * g / count; ignored rows (and rows with a bad
-   target, which fail the drain) are zero. */
-template <bool WARP>
-__global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl, const check_hdr *h,
-                         float *__restrict__ dx, rg_cuda_err *err, int node) {
-  __shared__ double shd[32];
-  __shared__ float shf[32];
-  if (blockIdx.x == 0 && threadIdx.x == 0) report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
-  long long count = (long long)h->count;
-  float coef = count ? gl[0] / (float)count : 0.f;
+/* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
+   are rows with a bad target (the forward reported it; one that changed since is
+   reported here), so what follows in a failing drain reads finite values. */
+template <bool WARP, bool V4>
+__global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl,
+                         const float2 *__restrict__ stats, float *__restrict__ dx,
+                         rg_cuda_err *err, int node) {
+  float count = stats[a.N].x;
+  float coef = count != 0.f ? gl[0] / count : 0.f;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
+    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     float *d = dx + r * a.C;
-    /* A bad target is reported; its row is zero, so what follows in the failing drain
-       reads finite values. */
-    if (ce_ignored(a, tv) || tv < 0 || tv >= a.C) {
-      for (int64_t c = t; c < a.C; c += G) d[c] = 0.f;
+    float4 *d4 = (float4 *)d;
+    if (ignored || bad) {
+      if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
+      if (V4)
+        for (int64_t i = t; i < a.C / 4; i += G) d4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      else
+        for (int64_t c = t; c < a.C; c += G) d[c] = 0.f;
       continue;
     }
+    float2 st = stats[r];
     const float *xr = a.x + r * a.C;
-    float m = -INFINITY;
-    for (int64_t c = t; c < a.C; c += G) m = fmaxf(m, xr[c]);
-    m = grp_max<WARP>(m, shf);
-    double s = 0;
-    for (int64_t c = t; c < a.C; c += G) s += expf(xr[c] - m);
-    s = grp_sum<WARP>(s, shd);
-    float inv = (float)(1.0 / s);
-    for (int64_t c = t; c < a.C; c += G) {
-      float v = __fmul_rn(__fmul_rn(expf(xr[c] - m), inv), coef);
-      d[c] = c == tv ? __fsub_rn(v, coef) : v;
+    if (V4) {
+      const float4 *x4 = (const float4 *)xr;
+#pragma unroll 4
+      for (int64_t i = t; i < a.C / 4; i += G) {
+        float4 v = x4[i], o;
+        int64_t c = 4 * i;
+        o.x = ce_grad(v.x, st, coef, c == tv), o.y = ce_grad(v.y, st, coef, c + 1 == tv);
+        o.z = ce_grad(v.z, st, coef, c + 2 == tv), o.w = ce_grad(v.w, st, coef, c + 3 == tv);
+        d4[i] = o;
+      }
+    } else {
+      for (int64_t c = t; c < a.C; c += G) d[c] = ce_grad(xr[c], st, coef, c == tv);
     }
   }
 }
@@ -682,6 +924,15 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   int64_t C = last_dim(&k->in[0]);
   if (k->in[0].n == 0 || C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
+  int nv = norm_nv(C, x, NULL, y);
+  if (nv) {
+    norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL};
+    if (centre)
+      launch_norm_fwd_warp<true>(L->stream, nv, a);
+    else
+      launch_norm_fwd_warp<false>(L->stream, nv, a);
+    return rg_cuda_check_launch(k, centre ? "layernorm" : "rmsnorm");
+  }
   rowcfg c = row_config(R, C);
   if (c.warp && centre)
     norm_fwd_k<true, true><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, beta, y, R, C, eps);
@@ -710,6 +961,17 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   if (C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   bool params = dgamma || dbeta;
+  int nv = norm_nv(C, x, g, dx);
+  int64_t rchunk = max64(NORM_ROWS, cdiv(R, NORM_BLOCKS)), nb = max64(1, cdiv(R, rchunk));
+  if (nv && (size_t)nb * 2 * (size_t)C * sizeof(double) <= L->scratch_bytes) {
+    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, (double *)L->scratch};
+    if (centre)
+      launch_norm_bwd_warp<true>(L->stream, nv, (unsigned)nb, a);
+    else
+      launch_norm_bwd_warp<false>(L->stream, nv, (unsigned)nb, a);
+    if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, NULL);
+    return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
+  }
   size_t stat_bytes = ((size_t)R * sizeof(double2) + 255) / 256 * 256;
   if (params && stat_bytes > L->scratch_bytes) return no_scratch(k, stat_bytes);
   double2 *stats = params ? (double2 *)L->scratch : NULL;
@@ -818,13 +1080,19 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   if (need > L->scratch_bytes) return no_scratch(k, need);
   check_hdr *h = (check_hdr *)L->scratch;
   double *part = (double *)((char *)L->scratch + HDR_BYTES), *cnt = part + nb;
+  float2 *stats = (float2 *)k->out[1].p;
+  bool v4 = rows4(a.C, a.x, NULL);
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
-  if (c.warp)
-    ce_fwd_k<true><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, part, cnt);
+  if (c.warp && v4)
+    ce_fwd_k<true, true><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+  else if (c.warp)
+    ce_fwd_k<true, false><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+  else if (v4)
+    ce_fwd_k<false, true><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
   else
-    ce_fwd_k<false><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, part, cnt);
-  ce_final_k<<<1, THREADS, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.C,
-                                          (float *)k->out[0].p, L->err, L->node);
+    ce_fwd_k<false, false><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+  ce_final_k<<<1, THREADS, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
+                                          (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
 }
 
@@ -832,17 +1100,19 @@ rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
   if (a.N == 0) return RG_OK;
-  if (L->scratch_bytes < sizeof(check_hdr)) return no_scratch(k, sizeof(check_hdr));
-  check_hdr *h = (check_hdr *)L->scratch;
-  hdr_init_k<<<1, 1, 0, L->stream>>>(h);
-  ce_count_k<<<(unsigned)min64(rg_cuda_blocks(a.N, THREADS), 1024), THREADS, 0, L->stream>>>(a, h);
   rowcfg c = row_config(a.N, a.C);
   const float *gl = (const float *)k->in[2].p;
+  const float2 *stats = (const float2 *)k->in[3].p;
   float *dx = (float *)k->out[0].p;
-  if (c.warp)
-    ce_bwd_k<true><<<c.grid, c.threads, 0, L->stream>>>(a, gl, h, dx, L->err, L->node);
+  bool v4 = rows4(a.C, a.x, dx);
+  if (c.warp && v4)
+    ce_bwd_k<true, true><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
+  else if (c.warp)
+    ce_bwd_k<true, false><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
+  else if (v4)
+    ce_bwd_k<false, true><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
   else
-    ce_bwd_k<false><<<c.grid, c.threads, 0, L->stream>>>(a, gl, h, dx, L->err, L->node);
+    ce_bwd_k<false, false><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy_bwd");
 }
 
