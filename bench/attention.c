@@ -10,14 +10,14 @@
  * gradient accumulations, small next to attention (a few % of the step at this shape).
  * With --qkv the step is y = rg_attention_qkv(qkv, 12, 1) on one parameter qkv
  * [8,1024,2304], GPT-2's fused projection, whose heads the kernels read in place.
- * --bf16 and --tf32 open the context with rg_options.bf16 or .tf32, which pick the
- * attention's tensor-core paths where the backend has them.
+ * --bf16 opens the context with rg_options.bf16, which picks the attention's bf16
+ * tensor-core path.
  *
  * TFLOP/s counts the useful work the way FlashAttention reports it: a forward pass is
  * 4 B H T S D flops (q k^T and p v), halved when causal; a backward pass is 2.5 times that
  * (five products), so forward + backward is 3.5 times the forward.
  *
- * usage:  attention [--qkv] [--bf16 | --tf32] [steps]
+ * usage:  attention [--qkv] [--bf16] [steps]
  *         (default 20 timed steps of each kind, after 5 warm-up steps)
  * output: one JSON line, e.g.
  *   {"bench":"attention","device":"...","layout":"heads","mode":"f32","B":8,"H":12,
@@ -89,14 +89,13 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--qkv")) qkv = 1;
     else if (!strcmp(argv[i], "--bf16")) opt.bf16 = 1;
-    else if (!strcmp(argv[i], "--tf32")) opt.tf32 = 1;
     else steps = atoi(argv[i]);
   }
-  if (steps <= 0 || (opt.bf16 && opt.tf32)) {
-    fprintf(stderr, "usage: %s [--qkv] [--bf16 | --tf32] [steps > 0]\n", argv[0]);
+  if (steps <= 0) {
+    fprintf(stderr, "usage: %s [--qkv] [--bf16] [steps > 0]\n", argv[0]);
     return 1;
   }
-  const char *mode = opt.bf16 ? "bf16" : opt.tf32 ? "tf32" : "f32";
+  const char *mode = opt.bf16 ? "bf16" : "f32";
   rg_ctx *ctx = NULL;
   rg_status st = rg_open(&ctx, &opt);
   if (st != RG_OK) {

@@ -17,7 +17,7 @@
 #              per op, printed by rg_close
 #   bandwidth  bench/bandwidth (bandwidth-bound ops against the device copy) and
 #              bench/attention (the fused attention at GPT-2 124M's shape: both layouts,
-#              and the qkv layout in tf32 and bf16)
+#              and the qkv layout in bf16)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
 set -uo pipefail
@@ -71,7 +71,7 @@ for stage in "$@"; do
     verdict profile $? $((SECONDS - t0)); grep -A12 "resgrad profile" "$out/profile.log" ;;
   bandwidth)
     { $B/bandwidth && $B/attention 50 && $B/attention --qkv 50 &&
-      $B/attention --qkv --tf32 50 && $B/attention --qkv --bf16 50; } 2>&1 |
+      $B/attention --qkv --bf16 50; } 2>&1 |
       tee "$out/bandwidth.log"
     verdict bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   compare)

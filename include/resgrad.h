@@ -107,9 +107,8 @@ typedef struct rg_options {
                               events, and rg_close prints device time per op.) */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
-                              as PyTorch's allow_tf32; so do the products inside
-                              rg_attention and rg_attention_qkv recorded while it is set.
-                              The CPU ignores it. */
+                              as PyTorch's allow_tf32 (rg_attention keeps f32: its
+                              fused kernel is faster so). The CPU ignores it. */
   int bf16;                /* 1: bf16 mixed precision for matrix products, as PyTorch's
                               autocast to bfloat16 (for rg_matmul and rg_linear only):
                               each F32 factor (x and w; never the bias) is recorded as
@@ -308,14 +307,13 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    runs it as one fused kernel (no T x S matrix in memory) for head sizes D <= 128; a
    larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads).
    Precision, fixed when the op is recorded: by default everything is f32 (CUDA within
-   1e-5 normalised error of the CPU). With rg_options.bf16 the CUDA backend rounds q, k, v, the incoming
-   gradient and the probabilities to bf16 for the six products (q k^T, p v; backward
+   1e-5 normalised error of the CPU). With rg_options.bf16 the CUDA backend rounds q, k,
+   v, the incoming gradient and the probabilities to bf16 for the six products (q k^T, p v; backward
    g v^T, ds k, ds^T q, p^T g), which run on tensor cores with f32 accumulation: an
    estimated 0.5% normalised error in the output and 1% in the gradients (the tests
-   bound it at 2%). With rg_options.tf32 (and not .bf16) the same products use tf32 (4x
-   less error). Softmax statistics, exponentials, the
-   output and the gradients are f32 in every mode; the CPU always computes f32. Results
-   repeat bit for bit in every mode (no atomics). */
+   bound it at 2%); rg_options.tf32 changes nothing here. Softmax statistics,
+   exponentials, the output and the gradients are f32 in every mode; the CPU always
+   computes f32. Results repeat bit for bit in every mode (no atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
 /* rg_attention on the heads of a fused projection, read and written in place: qkv

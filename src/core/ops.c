@@ -374,7 +374,7 @@ static rg_tensor attention_emit(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_sh
   int64_t T = op == RG_OP_ATTENTION ? so.dims[2] : so.dims[1];
   rg_shape outs[2] = {so, {RG_F32, 3, {so.dims[0], heads, T}}};
   int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads,
-                   ctx->opt.bf16 ? 2 : ctx->opt.tf32 ? 1 : 0, 0};
+                   ctx->opt.bf16 ? 2 : 0, 0};
   uint32_t out[RG_MAX_OUT] = {0};
   return rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
                                                                    : RG_NONE;

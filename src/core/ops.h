@@ -34,8 +34,8 @@
  *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> o [B,H,T,D], lse [B,H,T]; i[0]
  *            causal (key s masked when s > t); scale 1/sqrt(D); lse = log sum_s exp(score)
  *            of each query row (0 when it sees no key), kept for the backward;
- *            i[2] = the products' precision: 0 f32, 1 tf32, 2 bf16 (rg_options.bf16, else
- *            .tf32, at record time; CUDA only, the CPU computes f32).
+ *            i[2] = the products' precision: 0 f32, 2 bf16 (rg_options.bf16 at record
+ *            time; CUDA only, the CPU computes f32).
  *  ATTENTION_QKV qkv [B,T,3C] -> o [B,T,C], lse [B,H,T]: ATTENTION on heads read in place,
  *            i[0] causal, i[1] = H heads of D = C/H, i[2] as ATTENTION. Head h's q, k, v
  *            are columns h D + [0,D) of the thirds [0,C), [C,2C), [2C,3C) of each row; its

@@ -13,9 +13,9 @@
  * in every mode; softmax statistics (running max, sum, lse, delta), the exponentials and
  * the outputs are f32. Only the six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g)
  * differ:
- *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU);
- *  - tf32 (1): wmma m16n16k8 on the f32 tiles, each operand rounded to tf32 (10 mantissa
- *    bits) as the fragment is loaded, f32 accumulation;
+ *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
+ *    mode runs it too: tf32 wmma (m16n16k8) through the same shared result tiles measured
+ *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
  *  - bf16 (2): wmma m16n16k16 on bf16 tiles: q, k, v and g are rounded to bf16 (8 bits,
  *    round to nearest even) as the tiles are filled, p and ds as they are written; f32
  *    accumulation.
@@ -28,7 +28,7 @@
  * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
  * and walks the other side in tiles of 64. Rows are copied from global memory into shared
  * tiles [64][LD], zero past the tensor's last row and past D; DM is the template bound on
- * D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32, tf32) or
+ * D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32) or
  * DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
  *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
  *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
@@ -71,10 +71,9 @@
  * Resources per block, shared memory in KB for DM = 64 / 128:
  *            forward      kernel 1     kernel 2
  *   f32      68 / 116     85 / 149    102 / 166
- *   tf32     85 / 149    102 / 182    119 / 199
  *   bf16     53 / 93      62 / 110     71 / 119
  * All are above the 48 KB default, so each launch opts in. At DM = 64 two blocks fit an
- * SM (except kernel 2 in tf32), and __launch_bounds__ caps registers at 128 for it (ptxas
+ * SM, and __launch_bounds__ caps registers at 128 for it (ptxas
  * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32 and kernel 1 in bf16);
  * at DM = 128 one block fits, registers are not capped.
  *
@@ -106,7 +105,7 @@ namespace wm = nvcuda::wmma;
    fits twice), one at DM = 128 (it does not, so registers need not be capped). */
 #define MINB(DM) ((DM) == 64 ? 2 : 1)
 
-enum { P_F32 = 0, P_TF32 = 1, P_BF16 = 2 }; /* the node's i[2] */
+enum { P_F32 = 0, P_BF16 = 2 }; /* the node's i[2] (1, once tf32, is not recorded) */
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -291,19 +290,11 @@ template <> struct wf<P_BF16> {
   typedef __nv_bfloat16 E;
   typedef __nv_bfloat16 T;
 };
-template <> struct wf<P_TF32> {
-  static constexpr int K = 8;
-  typedef wm::precision::tf32 E;
-  typedef float T;
-};
 
-/* Loads a fragment from shared memory; tf32 rounds each element as it arrives. */
+/* Loads a fragment from shared memory. */
 template <int PR, typename Frag>
 __device__ __forceinline__ void load_frag(Frag &f, const typename wf<PR>::T *p, int ld) {
   wm::load_matrix_sync(f, p, ld);
-  if (PR == P_TF32)
-#pragma unroll
-    for (int t = 0; t < f.num_elements; t++) f.x[t] = wm::__float_to_tf32(f.x[t]);
 }
 
 /* Sc[64][ldo] = A B over k in [0, kd), the 64 x 16 NB result in 16 x 16 blocks, warp w
@@ -840,7 +831,6 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
 /* The instantiation for D and the node's precision. */
 template <int DM> rg_status fwd_for(rg_kargs *k, const att_dims &a, const att_io &io) {
   switch (k->node->i[2]) {
-  case P_TF32: return attention_fwd<DM, P_TF32>(k, a, io);
   case P_BF16: return attention_fwd<DM, P_BF16>(k, a, io);
   default: return attention_fwd<DM, P_F32>(k, a, io);
   }
@@ -848,7 +838,6 @@ template <int DM> rg_status fwd_for(rg_kargs *k, const att_dims &a, const att_io
 template <int DM>
 rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
   switch (k->node->i[2]) {
-  case P_TF32: return attention_bwd<DM, P_TF32>(k, a, io, delta);
   case P_BF16: return attention_bwd<DM, P_BF16>(k, a, io, delta);
   default: return attention_bwd<DM, P_F32>(k, a, io, delta);
   }
