@@ -183,10 +183,10 @@ static out c_attn_tc(rg_ctx *c) {
   y = rg_concat(c, y, qkv_of(c, 5, 1, 65, 2, 96, 1), 0);
   return weigh(c, y);
 }
-/* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 1024: 2, 6 and 8
-   float4 a lane, gpt-char's [4096, 256] and GPT-2's width), the strided kernels (C % 4
-   != 0, and a block per row past 1024); with and without gamma and beta; many rows, so
-   dgamma and dbeta add many blocks' partials. */
+/* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 256, gpt-char's
+   [4096, 256]), the strided kernels (GPT-2's width, C % 4 != 0, and a block per row past
+   1024); with and without gamma and beta; many rows, so dgamma and dbeta add many
+   blocks' partials. */
 static rg_tensor norm_of(rg_ctx *c, int i, int64_t R, int64_t C, int kind) {
   char n[3][16];
   for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xgb"[j], i);

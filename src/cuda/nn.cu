@@ -6,7 +6,7 @@
  * Invariants:
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
  *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 up
- *    to 1024 by a warp holding the row in registers); per-row sums accumulate in double
+ *    to 256 by a warp holding the row in registers); per-row sums accumulate in double
  *    like the CPU, in an order fixed by the group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
@@ -306,8 +306,10 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
    block b takes rows [b rchunk, (b+1) rchunk), its warps alternating; each lane adds its
    columns over its warp's rows (a few, in float), the block adds its warps' sums in warp
    order (double, shared memory) into part[b] = [dgamma | dbeta], and rg_cuda_col_final
-   (reduce.cu) adds the blocks in order: deterministic, no atomics. Expected: ~4-6 us on
-   [4096, 256] (from 25), ~20 us on [8192, 768] (from 64; 75 MB moved). */
+   (reduce.cu) adds the blocks in order: deterministic, no atomics. Measured (H200): the
+   backward on [4096, 256] 25 -> 18 us; on [8192, 768] (6 float4 a lane) it was slower,
+   64 -> 99 us (register-bound: one block an SM), as the forward (19.5 -> 21.8 us), so
+   wider rows keep the kernels above. */
 
 #define NORM_WARPS 8     /* warps (rows at a time) per block */
 #define NORM_ROWS 16     /* rows per block of the backward at least */
@@ -461,33 +463,23 @@ bool rows4(int64_t C, const void *p, const void *q) {
   return C % 4 == 0 && ((uintptr_t)p & 15) == 0 && ((uintptr_t)q & 15) == 0;
 }
 
-/* NV float4 per lane for rows of C (x, g and the output), or 0 where the warp kernels do
-   not apply. */
+/* NV float4 per lane for rows of C (x, g and the output): 2 (the kernels are launched for
+   that one), or 0 where the warp kernels do not apply. */
 int norm_nv(int64_t C, const float *x, const float *g, const float *out) {
   if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
-  return C <= 256 ? 2 : C <= 768 ? 6 : C <= 1024 ? 8 : 0; /* gpt-char, GPT-2, the bound */
+  return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
 }
 
 template <bool CENTRE>
-void launch_norm_fwd_warp(cudaStream_t s, int nv, const norm_args &a) {
+void launch_norm_fwd_warp(cudaStream_t s, const norm_args &a) {
   unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
-  if (nv == 2)
-    norm_fwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
-  else if (nv == 6)
-    norm_fwd_warp_k<6, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
-  else
-    norm_fwd_warp_k<8, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+  norm_fwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
 }
 
 template <bool CENTRE>
-void launch_norm_bwd_warp(cudaStream_t s, int nv, unsigned grid, const norm_args &a) {
+void launch_norm_bwd_warp(cudaStream_t s, unsigned grid, const norm_args &a) {
   size_t shm = 2 * (size_t)a.C * sizeof(double);
-  if (nv == 2)
-    norm_bwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
-  else if (nv == 6)
-    norm_bwd_warp_k<6, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
-  else
-    norm_bwd_warp_k<8, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+  norm_bwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
 }
 
 /* ---- id checks (embedding, cross-entropy) ------------------------------------------------- */
@@ -928,9 +920,9 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   if (nv) {
     norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL};
     if (centre)
-      launch_norm_fwd_warp<true>(L->stream, nv, a);
+      launch_norm_fwd_warp<true>(L->stream, a);
     else
-      launch_norm_fwd_warp<false>(L->stream, nv, a);
+      launch_norm_fwd_warp<false>(L->stream, a);
     return rg_cuda_check_launch(k, centre ? "layernorm" : "rmsnorm");
   }
   rowcfg c = row_config(R, C);
@@ -966,9 +958,9 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   if (nv && (size_t)nb * 2 * (size_t)C * sizeof(double) <= L->scratch_bytes) {
     norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, (double *)L->scratch};
     if (centre)
-      launch_norm_bwd_warp<true>(L->stream, nv, (unsigned)nb, a);
+      launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a);
     else
-      launch_norm_bwd_warp<false>(L->stream, nv, (unsigned)nb, a);
+      launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a);
     if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, NULL);
     return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
   }
