@@ -1263,6 +1263,40 @@ static void test_fold_bias(void) {
         O * I + O + I);
 }
 
+/* Under bf16 autocast W reaches the product through an rg_cast, whose rule hands W's F32
+   gradient straight on: that pass-through still folds into the GEMM (MATMUL_ACC, no
+   ACCUM), with the unfolded path's bits (check mode runs each op at once: no folds). */
+static void test_fold_cast(void) {
+  enum { R = 9, I = 6, O = 5 };
+  float x[R * I], grads[2][O * I + O];
+  for (int i = 0; i < R * I; i++) x[i] = (float)((i * 7) % 13) / 4.0f - 1.5f;
+  for (int check = 0; check < 2; check++) {
+    rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 7, .bf16 = 1, .check = check});
+    if (!ctx) return;
+    rg_init n1 = {RG_INIT_NORMAL, 1, 0};
+    rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){O, I}, n1);
+    rg_tensor b = rg_param(ctx, "b", RG_F32, 1, (int64_t[]){O}, n1);
+    for (int pass = 0; pass < 2; pass++) {
+      CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+      rg_tensor y = rg_linear(ctx, rg_input(ctx, RG_F32, 2, (int64_t[]){R, I}, x), W, b);
+      size_t q0 = ctx->n_nodes;
+      CHECK_ST(ctx, rg_backward(ctx, rg_sum(ctx, rg_mul(ctx, y, y), RG_ALL_AXES, 0)), RG_OK);
+      if (check) continue;
+      int mm = 0, acc = 0;
+      for (size_t i = q0; i < ctx->n_nodes; i++) {
+        mm += ctx->nodes[i].op == RG_OP_MATMUL_ACC;
+        acc += ctx->nodes[i].op == RG_OP_ACCUM;
+      }
+      CHECK(mm == 1 && acc == 0, "bf16 linear: %d MATMUL_ACC (want 1), %d ACCUM (want 0)", mm,
+            acc);
+    }
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, W), grads[check], O * I * sizeof(float)), RG_OK);
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, b), grads[check] + O * I, O * sizeof(float)), RG_OK);
+    CHECK_ST(ctx, rg_close(ctx), RG_OK);
+  }
+  CHECK(!memcmp(grads[0], grads[1], sizeof grads[0]), "folded through the cast: same bits");
+}
+
 /* ---- NULL contexts ------------------------------------------------------------------------ */
 
 static rg_tensor null_loss(rg_ctx *ctx, void *user) {
@@ -1445,6 +1479,7 @@ int main(void) {
   test_linear3d_grad();
   test_linear_act();
   test_fold_bias();
+  test_fold_cast();
   test_constant();
   test_own_status();
   test_reshape_view();

@@ -271,10 +271,15 @@ static bool reads(const rg_node *n, uint32_t ref) {
    linear's rule records the weight's GEMM, then the bias's sum. It must be the last to
    touch gi and pg (nothing after it reads gi, or adds into pg, so the adds into pg keep
    their order and the result is bit for bit the unfolded one). gi is then written by
-   nothing, and released with the rule's other temporaries. */
-static bool fold_into_producer(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t first) {
+   nothing, and released with the rule's other temporaries. holders: how many tensors
+   hold gi as their gradient only until this rule is done (the node's own outputs, when
+   its rule passes their gradient through: a CAST to BF16 hands its F32 gradient on to
+   the weight it was cast from); no other may hold it. */
+static bool fold_into_producer(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t first,
+                               uint32_t holders) {
   rg_tinfo *t = rg__t(ctx, gi);
-  if (gi <= first || t->gref || !t->node || t->node - 1 < ctx->q_head) return false;
+  if (gi <= first || t->gref != holders || !t->node || t->node - 1 < ctx->q_head)
+    return false;
   rg_node *n = &ctx->nodes[t->node - 1];
   if (n->out[0] != gi) return false;
   for (size_t k = t->node; k < ctx->n_nodes; k++)
@@ -296,11 +301,12 @@ static bool fold_into_producer(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t f
 
 /* Adds gradient gi to tensor ref: in place into a parameter's buffer, by a recorded add
    otherwise. fold: gi is this input's alone (a rule may hand one tensor to several
-   inputs; a folded node no longer writes it). */
-static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi, uint32_t first, bool fold) {
+   inputs; a folded node no longer writes it); holders as fold_into_producer's. */
+static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi, uint32_t first, bool fold,
+                            uint32_t holders) {
   rg_tinfo *t = rg__t(ctx, ref);
   if (t->flags & RG_T_PARAM) {
-    if (fold && fold_into_producer(ctx, t->grad, gi, first)) return RG_OK;
+    if (fold && fold_into_producer(ctx, t->grad, gi, first, holders)) return RG_OK;
     uint32_t in[RG_MAX_IN] = {t->grad, gi, 0, 0};
     return rg__emit(ctx, RG_OP_ACCUM, in, NULL, NULL, NULL, NULL, NULL);
   }
@@ -373,8 +379,11 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
       uint32_t in = n.in[j];
       if (!in || !gin[j] || !(rg__t(ctx, in)->flags & RG_T_GRAD)) continue;
       bool alone = true;
+      uint32_t holders = 0; /* outputs whose gradient passes through and dies below */
       for (int q = 0; q < n.nin && q < RG_MAX_OUT; q++) alone &= q == j || gin[q] != gin[j];
-      st = accumulate(ctx, in, gin[j], first, alone);
+      for (int q = 0; q < n.nout; q++)
+        holders += gout[q] == gin[j] && !(rg__t(ctx, n.out[q])->flags & RG_T_RETAIN);
+      st = accumulate(ctx, in, gin[j], first, alone, holders);
     }
     if (st != RG_OK) break;
     /* The outputs' gradients and the rule's temporaries are dead now (see the top). */
