@@ -1297,6 +1297,27 @@ static void test_fold_cast(void) {
   CHECK(!memcmp(grads[0], grads[1], sizeof grads[0]), "folded through the cast: same bits");
 }
 
+/* A weight's gradient goes straight into its buffer: the backward of x [2,64] W^T with W
+   [64,64] makes only row-sized temporaries, never a [64,64] one (16 KB) in the peak. */
+static void test_weight_grad_memory(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 8});
+  if (!ctx) return;
+  rg_init n1 = {RG_INIT_NORMAL, 1, 0};
+  rg_tensor W = rg_param(ctx, "W", RG_F32, 2, (int64_t[]){64, 64}, n1);
+  float x[2 * 64] = {0};
+  for (int i = 0; i < 128; i++) x[i] = (float)(i % 7) - 3.0f;
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  rg_tensor y = rg_linear(ctx, rg_input(ctx, RG_F32, 2, (int64_t[]){2, 64}, x), W, RG_NONE);
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, y, y), RG_ALL_AXES, 0);
+  rg_stats s0, s1;
+  rg_stats_get(ctx, &s0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  rg_stats_get(ctx, &s1);
+  CHECK(s1.pass_peak - s0.pass_peak < 64 * 64 * sizeof(float), "the backward raised the pass "
+        "peak by %zu bytes: a [64,64] temporary", s1.pass_peak - s0.pass_peak);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 /* ---- NULL contexts ------------------------------------------------------------------------ */
 
 static rg_tensor null_loss(rg_ctx *ctx, void *user) {
@@ -1480,6 +1501,7 @@ int main(void) {
   test_linear_act();
   test_fold_bias();
   test_fold_cast();
+  test_weight_grad_memory();
   test_constant();
   test_own_status();
   test_reshape_view();

@@ -112,7 +112,18 @@ static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin
     gx.dims[1] = sx.dims[sx.ndim - 1];
     gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
   }
-  if (needs_grad(ctx, w)) gin[1] = matmul_t(ctx, gf, rows2(ctx, x), 1, 0, rg__shape(ctx, w));
+  if (needs_grad(ctx, w)) {
+    uint32_t xr = rows2(ctx, x);
+    rg_tinfo *tw = rg__t(ctx, w);
+    if (tw->flags & RG_T_PARAM) { /* straight into its gradient: the fold of accumulate()
+                                     would leave an [out, in] temporary in the peak */
+      uint32_t in[RG_MAX_IN] = {tw->grad, gf, xr, 0};
+      int64_t iv[4] = {1, 0, 0, 0};
+      if (gf && xr) rg__emit(ctx, RG_OP_MATMUL_ACC, in, NULL, iv, NULL, NULL, NULL);
+    } else {
+      gin[1] = matmul_t(ctx, gf, xr, 1, 0, rg__shape(ctx, w));
+    }
+  }
   if (needs_grad(ctx, b)) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
 }
 
