@@ -99,6 +99,30 @@ static bool needs_grad(rg_ctx *ctx, uint32_t ref) {
   return ref && (rg__t(ctx, ref)->flags & RG_T_GRAD);
 }
 
+/* Reads node n tensor ref (as an input)? */
+static bool reads(const rg_node *n, uint32_t ref) {
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i] == ref) return true;
+  return false;
+}
+
+/* The persistent gradient a linear layer's weight w may add its gradient into at once:
+   w's own when w is a parameter, or its parameter's when w is autocast's BF16 cast of one
+   and this layer its one reader (the cast's rule would pass the gradient on unchanged);
+   else 0. */
+static uint32_t weight_sink(rg_ctx *ctx, uint32_t w) {
+  rg_tinfo *t = rg__t(ctx, w);
+  if (t->flags & RG_T_PARAM) return t->grad;
+  if (!t->node || (t->flags & RG_T_RETAIN) || t->grad) return 0;
+  const rg_node *c = &ctx->nodes[t->node - 1];
+  rg_tinfo *p = c->op == RG_OP_CAST ? rg__t(ctx, c->in[0]) : NULL;
+  if (!p || !(p->flags & RG_T_PARAM) || p->dtype != RG_F32) return 0;
+  int readers = 0;
+  for (size_t k = t->node; k < ctx->tape_end && readers < 2; k++)
+    readers += reads(&ctx->nodes[k], w);
+  return readers == 1 ? p->grad : 0;
+}
+
 /* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g; only the ones wanted
    (the first layer's dx, for one, is a whole GEMM nobody reads). */
 static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin) {
@@ -113,11 +137,10 @@ static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin
     gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
   }
   if (needs_grad(ctx, w)) {
-    uint32_t xr = rows2(ctx, x);
-    rg_tinfo *tw = rg__t(ctx, w);
-    if (tw->flags & RG_T_PARAM) { /* straight into its gradient: the fold of accumulate()
-                                     would leave an [out, in] temporary in the peak */
-      uint32_t in[RG_MAX_IN] = {tw->grad, gf, xr, 0};
+    uint32_t xr = rows2(ctx, x), pg = weight_sink(ctx, w);
+    if (pg) { /* straight into the gradient: the fold of accumulate() would leave an
+                 [out, in] temporary in the peak */
+      uint32_t in[RG_MAX_IN] = {pg, gf, xr, 0};
       int64_t iv[4] = {1, 0, 0, 0};
       if (gf && xr) rg__emit(ctx, RG_OP_MATMUL_ACC, in, NULL, iv, NULL, NULL, NULL);
     } else {
@@ -267,13 +290,6 @@ static void drop(rg_ctx *ctx, uint32_t g, uint32_t first) {
   if (--rg__t(ctx, g)->gref == 0 && !(g >> 31) && g > first) rg__release(ctx, g);
 }
 
-/* Reads node n tensor ref (as an input)? */
-static bool reads(const rg_node *n, uint32_t ref) {
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i] == ref) return true;
-  return false;
-}
-
 /* If gi was made by a queued node that can add its result to the parameter gradient pg
    itself, that node does so instead of writing gi for an ACCUM to add: a 2-D MATMUL
    becomes a MATMUL_ACC (a weight gradient costs one GEMM with beta = 1 instead of a GEMM,
@@ -355,6 +371,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   for (uint32_t i = 0; i < pass->n; i++) pass->t[i].grad = pass->t[i].gref = 0;
   uint32_t first = pass->n; /* tensors past this one are this backward's own */
   size_t n0 = ctx->n_nodes;
+  ctx->tape_end = n0;
   /* Set aside an earlier sticky error so a failure here is seen; the first one is put
      back afterwards (it stays the one reported). */
   rg_status err0 = ctx->err;

@@ -195,6 +195,7 @@ struct rg_ctx {
   uint64_t rngstep_gen;    /* pass generation whose step was uploaded into it */
   rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
   int training, no_grad;
+  size_t tape_end;         /* rg_backward: index of its first node (the forward's end) */
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
