@@ -548,21 +548,32 @@ static void run_faults(void) {
   int32_t idx[3] = {1, 7, 2};
   rg_tensor w = rg_param(g, "w", RG_F32, D2(2, 3), normal(1));
   rg_tensor b = rg_param(g, "b", RG_F32, 1, (int64_t[]){2}, normal(1));
+  rg_tensor lg = rg_param(g, "lg", RG_F32, 1, (int64_t[]){3}, normal(1));
+  rg_tensor lb = rg_param(g, "lb", RG_F32, 1, (int64_t[]){3}, normal(1));
   rg_tensor e = rg_embedding(g, t, rg_input(g, RG_I32, 1, (int64_t[]){3}, idx));
   rg_tensor s = rg_sum(g, rg_linear(g, e, w, b), RG_ALL_AXES, 0);
+  /* a layernorm whose backward would add dgamma = x xhat = (-4/3, -2/3, 20/3) rstd and
+     dbeta = x = (1, 2, 4) (its incoming gradient is x): no zero among them */
+  rg_tensor xn = rg_input(g, RG_F32, 2, (int64_t[]){1, 3}, (float[]){1, 2, 4});
+  rg_tensor ln = rg_mul(g, rg_layernorm(g, xn, lg, lb, 1e-5f), xn);
+  s = rg_add(g, s, rg_sum(g, ln, RG_ALL_AXES, 0));
   CHECK_ST(g, rg_backward(g, s), RG_OK);
   float v;
   CHECK(rg_item(g, s, &v) == RG_ERR_MISUSE && msg_has(g, "rg_embedding") && msg_has(g, "7"),
         "bad index on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
-  /* the gradients the failed step folded into a GEMM (w) and a column sum (b) are
-     untouched: they skip their adds after the fault */
-  float gw[6] = {1}, gb[2] = {1};
+  /* the gradients the failed step folded into a GEMM (w), a column sum (b) and a
+     layernorm's backward (lg, lb) are untouched: they skip their adds after the fault */
+  float gw[6] = {1}, gb[2] = {1}, glg[3] = {1}, glb[3] = {1};
   CHECK_ST(g, rg_read(g, rg_grad(g, w), gw, sizeof gw), RG_OK);
   CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, lg), glg, sizeof glg), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, lb), glb, sizeof glb), RG_OK);
   int nonzero = 0;
-  for (int i = 0; i < 6; i++) nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0);
-  CHECK(nonzero == 0, "a failed step left %d gradient elements of w and b changed", nonzero);
+  for (int i = 0; i < 6; i++)
+    nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0) || (i < 3 && (glg[i] != 0 || glb[i] != 0));
+  CHECK(nonzero == 0, "a failed step left %d gradient elements of w, b, lg and lb changed",
+        nonzero);
   /* a bad target: the forward names it; the step's gradients stay untouched */
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   int32_t tg[4] = {0, 1, 9, -3};
