@@ -186,7 +186,8 @@ static out c_attn_tc(rg_ctx *c) {
 /* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 256, gpt-char's
    [4096, 256]), the strided kernels (GPT-2's width, C % 4 != 0, and a block per row past
    1024); with and without gamma and beta; many rows, so dgamma and dbeta add many
-   blocks' partials. */
+   blocks' partials (in the strided kernels too: [1500, 300], three row segments). The
+   parameter gradients are added by the backward node itself (ops.h), in each path. */
 static rg_tensor norm_of(rg_ctx *c, int i, int64_t R, int64_t C, int kind) {
   char n[3][16];
   for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xgb"[j], i);
@@ -206,6 +207,7 @@ static out c_norm_kernels(rg_ctx *c) {
   y = rg_concat(c, y, norm_of(c, 5, 40, 90, 0), 0);
   y = rg_concat(c, y, norm_of(c, 6, 9, 2048, 3), 0);
   y = rg_concat(c, y, norm_of(c, 7, 1, 256, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 8, 1500, 300, 0), 0);
   return weigh(c, y);
 }
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
