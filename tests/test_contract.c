@@ -1322,6 +1322,56 @@ static void test_weight_grad_memory(void) {
   }
 }
 
+/* Norms' parameters: a layernorm's gamma and beta and an rmsnorm's gamma are added into
+   their gradients by the norm's backward node itself (ops.h), no ACCUM, except where one
+   tensor is both a layernorm's gamma and its beta: the node adds only gamma (two adds
+   into one buffer from one node would race on CUDA), an ACCUM adds beta. The offset c
+   is a column sum (SUM_TO_ACC). As test_fold_bias: the same bits as the unfolded path
+   (check mode) over two backward passes that accumulate. */
+static void test_fold_norms(void) {
+  enum { R0 = 3, R1 = 5, C = 6, NP = 5 };
+  float x[R0 * R1 * C], grads[2][NP * C];
+  for (int i = 0; i < R0 * R1 * C; i++) x[i] = (float)((i * 7) % 11) / 3.0f - 1.5f;
+  for (int check = 0; check < 2; check++) {
+    rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 8, .check = check});
+    if (!ctx) return;
+    rg_init n1 = {RG_INIT_NORMAL, 1, 0};
+    const char *names[NP] = {"c", "gamma", "beta", "rms", "tied"};
+    rg_tensor p[NP];
+    for (int i = 0; i < NP; i++) p[i] = rg_param(ctx, names[i], RG_F32, 1, (int64_t[]){C}, n1);
+    for (int pass = 0; pass < 2; pass++) {
+      CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+      rg_tensor xin = rg_input(ctx, RG_F32, 3, (int64_t[]){R0, R1, C}, x);
+      rg_tensor h = rg_layernorm(ctx, rg_add(ctx, xin, p[0]), p[1], p[2], 1e-5f);
+      h = rg_layernorm(ctx, rg_rmsnorm(ctx, h, p[3], 1e-6f), p[4], p[4], 1e-5f);
+      size_t q0 = ctx->n_nodes;
+      CHECK_ST(ctx, rg_backward(ctx, rg_sum(ctx, rg_mul(ctx, h, xin), RG_ALL_AXES, 0)), RG_OK);
+      if (check) continue;
+      int acc = 0, st = 0, ln = 0, rms = 0;
+      for (size_t i = q0; i < ctx->n_nodes; i++) {
+        const rg_node *n = &ctx->nodes[i];
+        acc += n->op == RG_OP_ACCUM;
+        st += n->op == RG_OP_SUM_TO_ACC;
+        /* folded: added into in[3] (in[4]), out[1] (out[2]) not made */
+        ln += n->op == RG_OP_LAYERNORM_BWD && n->in[3] && !n->out[1] && !n->in[4] != !n->out[2];
+        rms += n->op == RG_OP_RMSNORM_BWD && n->in[3] && !n->out[1];
+      }
+      CHECK(acc == 1 && st == 1 && ln == 2 && rms == 1,
+            "norms: %d ACCUM (want 1: the tied beta), %d SUM_TO_ACC (1: c), %d folded "
+            "LAYERNORM_BWD (2), %d folded RMSNORM_BWD (1)", acc, st, ln, rms);
+    }
+    for (int i = 0; i < NP; i++)
+      CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, p[i]), grads[check] + i * C, C * sizeof(float)),
+               RG_OK);
+    CHECK_ST(ctx, rg_close(ctx), RG_OK);
+  }
+  CHECK(!memcmp(grads[0], grads[1], sizeof grads[0]),
+        "folded norm gradients are the unfolded ones, bit for bit");
+  int nonzero = 0;
+  for (int i = 0; i < NP * C; i++) nonzero += grads[0][i] != 0;
+  CHECK(nonzero == NP * C, "every norm gradient element is set (%d of %d)", nonzero, NP * C);
+}
+
 /* ---- NULL contexts ------------------------------------------------------------------------ */
 
 static rg_tensor null_loss(rg_ctx *ctx, void *user) {
@@ -1506,6 +1556,7 @@ int main(void) {
   test_fold_bias();
   test_fold_cast();
   test_weight_grad_memory();
+  test_fold_norms();
   test_constant();
   test_own_status();
   test_reshape_view();

@@ -186,7 +186,8 @@ static out c_attn_tc(rg_ctx *c) {
 /* The norms' kernels: a warp per row from registers (C % 4 == 0 up to 256, gpt-char's
    [4096, 256]), the strided kernels (GPT-2's width, C % 4 != 0, and a block per row past
    1024); with and without gamma and beta; many rows, so dgamma and dbeta add many
-   blocks' partials. */
+   blocks' partials (in the strided kernels too: [1500, 300], three row segments). The
+   parameter gradients are added by the backward node itself (ops.h), in each path. */
 static rg_tensor norm_of(rg_ctx *c, int i, int64_t R, int64_t C, int kind) {
   char n[3][16];
   for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xgb"[j], i);
@@ -206,6 +207,7 @@ static out c_norm_kernels(rg_ctx *c) {
   y = rg_concat(c, y, norm_of(c, 5, 40, 90, 0), 0);
   y = rg_concat(c, y, norm_of(c, 6, 9, 2048, 3), 0);
   y = rg_concat(c, y, norm_of(c, 7, 1, 256, 0), 0);
+  y = rg_concat(c, y, norm_of(c, 8, 1500, 300, 0), 0);
   return weigh(c, y);
 }
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
@@ -548,21 +550,32 @@ static void run_faults(void) {
   int32_t idx[3] = {1, 7, 2};
   rg_tensor w = rg_param(g, "w", RG_F32, D2(2, 3), normal(1));
   rg_tensor b = rg_param(g, "b", RG_F32, 1, (int64_t[]){2}, normal(1));
+  rg_tensor lg = rg_param(g, "lg", RG_F32, 1, (int64_t[]){3}, normal(1));
+  rg_tensor lb = rg_param(g, "lb", RG_F32, 1, (int64_t[]){3}, normal(1));
   rg_tensor e = rg_embedding(g, t, rg_input(g, RG_I32, 1, (int64_t[]){3}, idx));
   rg_tensor s = rg_sum(g, rg_linear(g, e, w, b), RG_ALL_AXES, 0);
+  /* a layernorm whose backward would add dgamma = x xhat = (-4/3, -2/3, 20/3) rstd and
+     dbeta = x = (1, 2, 4) (its incoming gradient is x): no zero among them */
+  rg_tensor xn = rg_input(g, RG_F32, 2, (int64_t[]){1, 3}, (float[]){1, 2, 4});
+  rg_tensor ln = rg_mul(g, rg_layernorm(g, xn, lg, lb, 1e-5f), xn);
+  s = rg_add(g, s, rg_sum(g, ln, RG_ALL_AXES, 0));
   CHECK_ST(g, rg_backward(g, s), RG_OK);
   float v;
   CHECK(rg_item(g, s, &v) == RG_ERR_MISUSE && msg_has(g, "rg_embedding") && msg_has(g, "7"),
         "bad index on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
-  /* the gradients the failed step folded into a GEMM (w) and a column sum (b) are
-     untouched: they skip their adds after the fault */
-  float gw[6] = {1}, gb[2] = {1};
+  /* the gradients the failed step folded into a GEMM (w), a column sum (b) and a
+     layernorm's backward (lg, lb) are untouched: they skip their adds after the fault */
+  float gw[6] = {1}, gb[2] = {1}, glg[3] = {1}, glb[3] = {1};
   CHECK_ST(g, rg_read(g, rg_grad(g, w), gw, sizeof gw), RG_OK);
   CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, lg), glg, sizeof glg), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, lb), glb, sizeof glb), RG_OK);
   int nonzero = 0;
-  for (int i = 0; i < 6; i++) nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0);
-  CHECK(nonzero == 0, "a failed step left %d gradient elements of w and b changed", nonzero);
+  for (int i = 0; i < 6; i++)
+    nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0) || (i < 3 && (glg[i] != 0 || glb[i] != 0));
+  CHECK(nonzero == 0, "a failed step left %d gradient elements of w, b, lg and lb changed",
+        nonzero);
   /* a bad target: the forward names it; the step's gradients stay untouched */
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   int32_t tg[4] = {0, 1, 9, -3};

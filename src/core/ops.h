@@ -60,8 +60,11 @@
  *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out
  *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
  *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
- *  LAYERNORM_BWD (x, gamma opt, g; f[0]) -> dx, dgamma [C], dbeta [C]
- *  RMSNORM_BWD   (x, gamma opt, g; f[0]) -> dx, dgamma [C]
+ *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt; f[0]) -> dx, dgamma [C],
+ *            dbeta [C]. With acc_gamma (F32 [C]) the node adds dgamma into it (the float
+ *            add ACCUM does) instead of writing out[1], then absent; acc_beta and out[2]
+ *            likewise: rg_backward folds a parameter's ACCUM into the node this way.
+ *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt; f[0]) -> dx, dgamma [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv
  *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C]
@@ -140,8 +143,8 @@
   X(MAX_BWD, max_bwd, "rg_max'", 2, 1)                        \
   X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1)            \
   X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1)\
-  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 3, 3)      \
-  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 3, 2)            \
+  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 5, 3)      \
+  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 4, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \
   X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1) \

@@ -190,9 +190,17 @@ static void norm_dx_row(const float *x, const float *gamma, const float *g, floa
   }
 }
 
-/* dgamma[c] = sum_r g xhat, dbeta[c] = sum_r g, for columns [c0, c0+nb). */
+/* o[c] = v, or o[c] += v (a folded gradient, ops.h): the float add of the ACCUM it
+   replaces, so folding changes no bit. */
+static inline void put_param(float *o, int64_t c, double v, bool add) {
+  o[c] = add ? o[c] + (float)v : (float)v;
+}
+
+/* dgamma[c] = sum_r g xhat, dbeta[c] = sum_r g, for columns [c0, c0+nb); added into them
+   where addg (addb). */
 static void norm_dparam_block(const float *x, const float *g, const norm_stats *st, int64_t R,
-                              int64_t C, int64_t c0, int64_t nb, float *dgamma, float *dbeta) {
+                              int64_t C, int64_t c0, int64_t nb, float *dgamma, float *dbeta,
+                              bool addg, bool addb) {
   double ag[CB] = {0}, ab[CB] = {0};
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C + c0, *gr = g + r * C + c0;
@@ -202,14 +210,18 @@ static void norm_dparam_block(const float *x, const float *g, const norm_stats *
     }
   }
   for (int64_t j = 0; j < nb; j++) {
-    if (dgamma) dgamma[c0 + j] = (float)ag[j];
-    if (dbeta) dbeta[c0 + j] = (float)ab[j];
+    if (dgamma) put_param(dgamma, c0 + j, ag[j], addg);
+    if (dbeta) put_param(dbeta, c0 + j, ab[j], addb);
   }
 }
 
+/* dgamma (dbeta) goes to in[3] (in[4]) when rg_backward folded it there, else out[1]
+   (out[2]): see ops.h. */
 static rg_status norm_bwd(rg_kargs *k, bool centre) {
   const float *x = k->in[0].p, *gamma = k->in[1].p, *g = k->in[2].p;
-  float *dx = k->out[0].p, *dgamma = k->out[1].p, *dbeta = centre ? k->out[2].p : NULL;
+  bool addg = k->in[3].p != NULL, addb = centre && k->in[4].p != NULL;
+  float *dx = k->out[0].p, *dgamma = addg ? k->in[3].p : k->out[1].p;
+  float *dbeta = !centre ? NULL : addb ? k->in[4].p : k->out[2].p;
   double eps = k->node->f[0];
   int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
   if (C == 0) return RG_OK; /* dx, dgamma and dbeta are all empty */
@@ -235,7 +247,8 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
     int64_t nblk = (C + CB - 1) / CB;
 #pragma omp parallel for num_threads(nt) if(par && nblk > 1) schedule(static)
     for (int64_t b = 0; b < nblk; b++)
-      norm_dparam_block(x, g, st, R, C, b * CB, min64(CB, C - b * CB), dgamma, dbeta);
+      norm_dparam_block(x, g, st, R, C, b * CB, min64(CB, C - b * CB), dgamma, dbeta, addg,
+                        addb);
     rg__free(k->ctx, st);
   }
   return RG_OK;

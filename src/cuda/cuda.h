@@ -109,11 +109,12 @@ rg_status rg_cuda_check_finite(rg_kargs *k);
 /* reduce.cu: the second pass of a deterministic column sum. part [nchunk][ncol] holds
    per-chunk partials; column c's chunks are added in a fixed order and written with
    out[c] = sum / div (c < C) or out2[c - C] = sum / div (a part holding two results side
-   by side, ncol = 2C; a NULL output's columns are not written); with acc (the error
-   word) out[c] += sum instead, skipped after a fault. Launch errors are left for the
-   caller's rg_cuda_check_launch. */
+   by side, ncol = 2C; a NULL output's columns are not written); with acc (acc2: out2's;
+   the error word) out[c] += sum instead, as rg_cuda_put does. Launch errors are left for
+   the caller's rg_cuda_check_launch. */
 void rg_cuda_col_final(rg_cuda_launch *L, const double *part, int64_t nchunk, int64_t ncol,
-                       int64_t C, double div, float *out, float *out2, const rg_cuda_err *acc);
+                       int64_t C, double div, float *out, float *out2, const rg_cuda_err *acc,
+                       const rg_cuda_err *acc2);
 
 /* Checks the launch just made; on failure writes cudaGetErrorString to k->msg. */
 rg_status rg_cuda_check_launch(rg_kargs *k, const char *what);
@@ -132,6 +133,18 @@ __device__ inline void rg_cuda_raise(rg_cuda_err *e, int code, int node, long lo
     e->limit = limit;
     __threadfence();
   }
+}
+
+/* Writes one result of a sum: out[e] = v / div, or with acc (the error word: a gradient
+   folded into the node that sums it) out[e] += v with the float add an ACCUM would do,
+   skipped after a fault earlier in the drain so a failed step leaves the gradient as it
+   was. */
+__device__ __forceinline__ void rg_cuda_put(float *out, int64_t e, double v, double div,
+                                            const rg_cuda_err *acc) {
+  if (!acc)
+    out[e] = (float)(v / div);
+  else if (!*(const volatile int *)&acc->code)
+    out[e] = __fadd_rn(out[e], (float)v);
 }
 
 /* Grid size for n elements at `threads` per block, capped to keep grid-stride loops. */

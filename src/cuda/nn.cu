@@ -248,12 +248,13 @@ __global__ void norm_bwd_k(const float *__restrict__ x, const float *__restrict_
 
 /* dgamma[c] = sum_r g xhat, dbeta[c] = sum_r g: threadIdx.x over 32 columns, threadIdx.y
    and blockIdx.y (segments of rseg rows) over rows. With pg == NULL the block writes the
-   results, else its partials at [segment * C + c]. */
+   results (added in with gacc, bacc: rg_cuda_put), else its partials at [segment * C + c]. */
 __global__ void norm_dparam_k(const float *__restrict__ x, const float *__restrict__ g,
                               const double2 *__restrict__ stats, int64_t R, int64_t C,
                               int64_t rseg, float *__restrict__ dgamma,
                               float *__restrict__ dbeta, double *__restrict__ pg,
-                              double *__restrict__ pb) {
+                              double *__restrict__ pb, const rg_cuda_err *gacc,
+                              const rg_cuda_err *bacc) {
   __shared__ double sg[COL_Y][33], sb[COL_Y][33];
   int tx = threadIdx.x, ty = threadIdx.y;
   int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -278,21 +279,23 @@ __global__ void norm_dparam_k(const float *__restrict__ x, const float *__restri
     pg[(int64_t)blockIdx.y * C + c] = Ag;
     pb[(int64_t)blockIdx.y * C + c] = Ab;
   } else {
-    if (dgamma) dgamma[c] = (float)Ag;
-    if (dbeta) dbeta[c] = (float)Ab;
+    if (dgamma) rg_cuda_put(dgamma, c, Ag, 1.0, gacc);
+    if (dbeta) rg_cuda_put(dbeta, c, Ab, 1.0, bacc);
   }
 }
 
-/* out[c] = sum of the segments' partials in segment order (out may be NULL). */
+/* out[c] = sum of the segments' partials in segment order (out may be NULL; added in with
+   gacc, bacc as above). */
 __global__ void seg_final_k(const double *__restrict__ pg, const double *__restrict__ pb,
                             int64_t nseg, int64_t C, float *__restrict__ dgamma,
-                            float *__restrict__ dbeta) {
+                            float *__restrict__ dbeta, const rg_cuda_err *gacc,
+                            const rg_cuda_err *bacc) {
   for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C;
        c += (int64_t)gridDim.x * blockDim.x) {
     double a = 0, b = 0;
     for (int64_t s = 0; s < nseg; s++) a += pg[s * C + c], b += pb[s * C + c];
-    if (dgamma) dgamma[c] = (float)a;
-    if (dbeta) dbeta[c] = (float)b;
+    if (dgamma) rg_cuda_put(dgamma, c, a, 1.0, gacc);
+    if (dbeta) rg_cuda_put(dbeta, c, b, 1.0, bacc);
   }
 }
 
@@ -941,13 +944,18 @@ rg_status rg_cuda_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
 rg_status rg_cuda_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
 
 /* Scratch: row statistics (16 bytes a row) when dgamma or dbeta is wanted, then the
-   column partials [nseg][C] of dgamma and of dbeta when the rows are split. */
+   column partials [nseg][C] of dgamma and of dbeta when the rows are split.
+   dgamma (dbeta) is added into in[3] (in[4]) when rg_backward folded it there (ops.h),
+   with the error word as the add's guard (rg_cuda_put), else written to out[1] (out[2]). */
 static rg_status norm_bwd(rg_kargs *k, bool centre) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const float *x = (const float *)k->in[0].p, *gamma = (const float *)k->in[1].p;
   const float *g = (const float *)k->in[2].p;
-  float *dx = (float *)k->out[0].p, *dgamma = (float *)k->out[1].p;
-  float *dbeta = centre ? (float *)k->out[2].p : NULL;
+  bool addg = k->in[3].p != NULL, addb = centre && k->in[4].p != NULL;
+  const rg_cuda_err *gacc = addg ? L->err : NULL, *bacc = addb ? L->err : NULL;
+  float *dx = (float *)k->out[0].p;
+  float *dgamma = (float *)(addg ? k->in[3].p : k->out[1].p);
+  float *dbeta = !centre ? NULL : (float *)(addb ? k->in[4].p : k->out[2].p);
   double eps = k->node->f[0];
   int64_t C = last_dim(&k->in[0]);
   if (C == 0) return RG_OK;
@@ -961,7 +969,7 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
       launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a);
     else
       launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a);
-    if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, NULL);
+    if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, gacc, bacc);
     return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
   }
   size_t stat_bytes = ((size_t)R * sizeof(double2) + 255) / 256 * 256;
@@ -992,10 +1000,10 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
     double *pg = nseg > 1 ? (double *)((char *)L->scratch + stat_bytes) : NULL;
     double *pb = pg ? pg + nseg * C : NULL;
     norm_dparam_k<<<dim3((unsigned)gx, (unsigned)nseg), dim3(32, COL_Y), 0, L->stream>>>(
-        x, g, stats, R, C, rseg, dgamma, dbeta, pg, pb);
+        x, g, stats, R, C, rseg, dgamma, dbeta, pg, pb, gacc, bacc);
     if (pg)
-      seg_final_k<<<rg_cuda_blocks(C, THREADS), THREADS, 0, L->stream>>>(pg, pb, nseg, C,
-                                                                          dgamma, dbeta);
+      seg_final_k<<<rg_cuda_blocks(C, THREADS), THREADS, 0, L->stream>>>(
+          pg, pb, nseg, C, dgamma, dbeta, gacc, bacc);
   }
   return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
 }

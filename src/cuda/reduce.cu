@@ -75,17 +75,6 @@ __device__ double block_sum(double v, double *sh) {
   return warp_sum(lane < nw ? sh[lane] : 0.0);
 }
 
-/* Writes one result: out[e] = v / div, or for sum_to_acc (acc = the error word)
-   out[e] += v with the float add an ACCUM would do, skipped after a fault earlier in the
-   drain so a failed step leaves the gradient as it was. */
-__device__ __forceinline__ void put(float *out, int64_t e, double v, double div,
-                                    const rg_cuda_err *acc) {
-  if (!acc)
-    out[e] = (float)(v / div);
-  else if (!*(const volatile int *)&acc->code)
-    out[e] = __fadd_rn(out[e], (float)v);
-}
-
 /* A block's sum s for output e of segment seg: to the partials [segments][nout] when
    there are several segments (part != NULL), else the result itself. */
 __device__ __forceinline__ void seg_out(double *part, int64_t seg, int64_t nout, int64_t e,
@@ -94,7 +83,7 @@ __device__ __forceinline__ void seg_out(double *part, int64_t seg, int64_t nout,
   if (part)
     part[seg * nout + e] = s;
   else
-    put(out, e, s, div, acc);
+    rg_cuda_put(out, e, s, div, acc);
 }
 
 /* ---- axis sets: the description of a sum --------------------------------------------------- */
@@ -176,7 +165,7 @@ __global__ void flat_final_k(const double *__restrict__ part, int nb, double div
   double sum = 0;
   for (int i = threadIdx.x; i < nb; i += blockDim.x) sum += part[i];
   sum = block_sum(sum, sh);
-  if (threadIdx.x == 0) put(out, 0, sum, div, acc);
+  if (threadIdx.x == 0) rg_cuda_put(out, 0, sum, div, acc);
 }
 
 /* Innermost x axis kept: threadIdx.x walks consecutive outputs (coalesced), threadIdx.y
@@ -229,7 +218,7 @@ __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64
        e += (int64_t)gridDim.x * blockDim.x) {
     double s = 0;
     for (int64_t g = 0; g < nseg; g++) s += part[g * nout + e];
-    put(out, e, s, div, acc);
+    rg_cuda_put(out, e, s, div, acc);
   }
 }
 
@@ -288,10 +277,11 @@ __global__ void col_part_k(const float *__restrict__ x, int64_t R, int64_t C, in
 
 /* Column c of part [nchunk][ncol]: thread ty adds chunks ty, ty + CF_Y, ..., then the
    block adds the CF_Y sums in order. Columns [C, 2C) (a part holding two results side by
-   side) go to out2; a NULL output's columns are not written. */
+   side) go to out2 (added with acc2); a NULL output's columns are not written. */
 __global__ void col_final_k(const double *__restrict__ part, int64_t nchunk, int64_t ncol,
                             int64_t C, double div, float *__restrict__ out,
-                            float *__restrict__ out2, const rg_cuda_err *acc) {
+                            float *__restrict__ out2, const rg_cuda_err *acc,
+                            const rg_cuda_err *acc2) {
   __shared__ double sh[CF_Y][33];
   int tx = threadIdx.x, ty = threadIdx.y;
   int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -305,9 +295,9 @@ __global__ void col_final_k(const double *__restrict__ part, int64_t nchunk, int
 #pragma unroll
   for (int j = 0; j < CF_Y; j++) sum += sh[j][tx];
   if (c < C && out)
-    put(out, c, sum, div, acc);
+    rg_cuda_put(out, c, sum, div, acc);
   else if (c >= C && out2)
-    put(out2, c - C, sum, div, acc);
+    rg_cuda_put(out2, c - C, sum, div, acc2);
 }
 
 rg_status col_sum(rg_kargs *k, const float *x, int64_t R, int64_t C, double div, float *out,
@@ -329,7 +319,7 @@ rg_status col_sum(rg_kargs *k, const float *x, int64_t R, int64_t C, double div,
     col_part_k<4><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc);
   else
     col_part_k<1><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc);
-  if (part) rg_cuda_col_final(L, part, nchunk, C, C, div, out, NULL, acc);
+  if (part) rg_cuda_col_final(L, part, nchunk, C, C, div, out, NULL, acc, NULL);
   return RG_OK;
 }
 
@@ -570,9 +560,10 @@ __global__ void expand_k(const float *__restrict__ x, float *__restrict__ o, int
 } /* namespace */
 
 void rg_cuda_col_final(rg_cuda_launch *L, const double *part, int64_t nchunk, int64_t ncol,
-                       int64_t C, double div, float *out, float *out2, const rg_cuda_err *acc) {
-  col_final_k<<<(unsigned)cdiv(ncol, 32), dim3(32, CF_Y), 0, L->stream>>>(part, nchunk, ncol, C,
-                                                                          div, out, out2, acc);
+                       int64_t C, double div, float *out, float *out2, const rg_cuda_err *acc,
+                       const rg_cuda_err *acc2) {
+  col_final_k<<<(unsigned)cdiv(ncol, 32), dim3(32, CF_Y), 0, L->stream>>>(
+      part, nchunk, ncol, C, div, out, out2, acc, acc2);
 }
 
 /* ---- launchers ----------------------------------------------------------------------- */
