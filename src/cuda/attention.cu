@@ -16,29 +16,28 @@
  *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
  *    mode runs it too: tf32 wmma (m16n16k8) through the same shared result tiles measured
  *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
- *  - bf16 (2): wmma m16n16k16 on bf16 tiles: q, k, v and g are rounded to bf16 (8 bits,
- *    round to nearest even) as the tiles are filled, p and ds as they are written; f32
- *    accumulation.
- * The tensor cores' result fragments go through a shared f32 tile (their register layout
- * is opaque), from which each thread takes its entries in the layout the f32 path keeps
- * them in, so everything around the products is the same code in every mode. The sums
- * that need no rescaling (dq, dk, dv) stay in fragments for the whole loop and go through
- * the shared tile once, at the end.
+ *  - bf16 (2): mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped tile
+ *    in registers: q, k, v and g are rounded to bf16 (8 bits, round to nearest even) as
+ *    the shared tiles are filled, p and ds as they become the A operand of the next
+ *    product; ds is computed from the rounded p. Its kernels are separate (the "bf16
+ *    kernels" below). Built with -DRG_ATT_WMMA, bf16 runs the earlier path instead: the
+ *    f32 kernels with wmma m16n16k16 products whose results go through a shared f32 tile
+ *    Sc (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
  *
- * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
- * and walks the other side in tiles of 64. Rows are copied from global memory into shared
- * tiles [64][LD], zero past the tensor's last row and past D; DM is the template bound on
- * D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32) or
- * DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
+ * f32 kernels. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key
+ * pass) and walks the other side in tiles of 64. Rows are copied from global memory into
+ * shared tiles [64][LD], zero past the tensor's last row and past D; DM is the template
+ * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32)
+ * or DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
  *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
  *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
  *    d = 0, 1, ... (the same chain in every pass, so the backward rebuilds the forward's
  *    scores bit for bit);
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
  *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
- * With tensor cores, warp w computes the 16 x 16 result blocks w, w + 8, ... (row block
- * f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds them, for
- * dq, dk and dv).
+ * With wmma (-DRG_ATT_WMMA), warp w computes the 16 x 16 result blocks w, w + 8, ... (row
+ * block f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds
+ * them, for dq, dk and dv).
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
@@ -47,6 +46,24 @@
  * load reads at once start in 8 different groups of 4 banks. wmma needs 32-byte aligned
  * fragment addresses and strides of 16 bytes: every tile size and 16-row step here is a
  * multiple of 32 bytes.
+ *
+ * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
+ * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
+ * [64][DM + 8], filled as above (zero past the last row and past D). A warp's 16 x 64
+ * product A B^T (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane
+ * (g = lane / 4, q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile
+ * n, so a row lives in the 4 lanes of a quad and its max and sum are 2-step butterflies.
+ * Per k step of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with
+ * one ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
+ * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
+ * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
+ * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
+ * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
+ * different groups of 4 banks. The key pass works on transposed tiles (rows keys, columns
+ * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
+ * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
+ * FMA per entry: s log2(e) - m); lse is still the natural log. Outputs go straight from
+ * the accumulators to global memory (float2 per lane when aligned).
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -69,20 +86,29 @@
  * save 2 of them, but only through float atomics or a [T/64, T, D] buffer per head).
  *
  * Resources per block, shared memory in KB for DM = 64 / 128:
- *            forward      kernel 1     kernel 2
- *   f32      68 / 116     85 / 149    102 / 166
- *   bf16     53 / 93      62 / 110     71 / 119
- * All are above the 48 KB default, so each launch opts in. At DM = 64 two blocks fit an
- * SM, and __launch_bounds__ caps registers at 128 for it (ptxas
- * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32 and kernel 1 in bf16);
- * at DM = 128 one block fits, registers are not capped.
+ *                   forward      kernel 1     kernel 2
+ *   f32             68 / 116     85 / 149    102 / 166
+ *   bf16 (wmma)     53 / 93      62 / 110     71 / 119
+ *   bf16 (mma)      27 / 51      36 / 68      36.5 / 68.5
+ * Above 48 KB each launch opts in. f32 and wmma: at DM = 64 two blocks fit an SM, and
+ * __launch_bounds__ caps registers at 128 for it (ptxas with nvcc 13: no spills, but for
+ * 8 bytes in kernel 2 in f32 and kernel 1 in bf16); at DM = 128 one block fits, registers
+ * are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
+ * blocks an SM at DM = 64 (168 registers: 165 and 168 used, no spills) and two at
+ * DM = 128 (189 and 220); kernel 2 holds dk and dv (2 DM / 8 accumulator tiles) and is
+ * capped for two (250 at DM = 64; 255 and a 12-byte spill at DM = 128). Capping it at
+ * 168 for three blocks spilled 106 bytes. Tile fills move 4 float4 a thread per tensor
+ * at a time, so the loads in flight fit beside those accumulators.
  *
- * Barriers: every loop iteration is  sync (the previous iteration's readers are done) ->
- * fill tiles -> sync -> scores, write P -> sync -> products from P. A tensor-core product
- * into registers adds two of its own: sync (the previous product's readers of Sc are
- * done) -> fragments to Sc -> sync -> each thread reads its entries; so does the final
- * read-out of a sum kept in fragments. Anything read after a loop that may run zero times
- * is fenced by its own sync.
+ * Barriers, f32 and wmma: every loop iteration is  sync (the previous iteration's readers
+ * are done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. A
+ * tensor-core product into registers adds two of its own: sync (the previous product's
+ * readers of Sc are done) -> fragments to Sc -> sync -> each thread reads its entries; so
+ * does the final read-out of a sum kept in fragments. Anything read after a loop that may
+ * run zero times is fenced by its own sync. mma: two a loop iteration, sync (the previous
+ * tile's readers are done) -> fill the walked tiles (and lse, delta) -> sync -> every
+ * product and the softmax, from registers and the read-only tiles; the tiles filled
+ * before the loop are fenced by its first sync, and nothing shared is read after it.
  */
 #include "cuda.h"
 
