@@ -16,29 +16,28 @@
  *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
  *    mode runs it too: tf32 wmma (m16n16k8) through the same shared result tiles measured
  *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
- *  - bf16 (2): wmma m16n16k16 on bf16 tiles: q, k, v and g are rounded to bf16 (8 bits,
- *    round to nearest even) as the tiles are filled, p and ds as they are written; f32
- *    accumulation.
- * The tensor cores' result fragments go through a shared f32 tile (their register layout
- * is opaque), from which each thread takes its entries in the layout the f32 path keeps
- * them in, so everything around the products is the same code in every mode. The sums
- * that need no rescaling (dq, dk, dv) stay in fragments for the whole loop and go through
- * the shared tile once, at the end.
+ *  - bf16 (2): mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped tile
+ *    in registers: q, k, v and g are rounded to bf16 (8 bits, round to nearest even) as
+ *    the shared tiles are filled, p and ds as they become the A operand of the next
+ *    product; ds is computed from the rounded p. Its kernels are separate (the "bf16
+ *    kernels" below). Built with -DRG_ATT_WMMA, bf16 runs the earlier path instead: the
+ *    f32 kernels with wmma m16n16k16 products whose results go through a shared f32 tile
+ *    Sc (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
  *
- * Tiles. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key pass)
- * and walks the other side in tiles of 64. Rows are copied from global memory into shared
- * tiles [64][LD], zero past the tensor's last row and past D; DM is the template bound on
- * D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32) or
- * DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
+ * f32 kernels. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key
+ * pass) and walks the other side in tiles of 64. Rows are copied from global memory into
+ * shared tiles [64][LD], zero past the tensor's last row and past D; DM is the template
+ * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32)
+ * or DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
  *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
  *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
  *    d = 0, 1, ... (the same chain in every pass, so the backward rebuilds the forward's
  *    scores bit for bit);
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
  *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
- * With tensor cores, warp w computes the 16 x 16 result blocks w, w + 8, ... (row block
- * f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds them, for
- * dq, dk and dv).
+ * With wmma (-DRG_ATT_WMMA), warp w computes the 16 x 16 result blocks w, w + 8, ... (row
+ * block f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds
+ * them, for dq, dk and dv).
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
@@ -47,6 +46,24 @@
  * load reads at once start in 8 different groups of 4 banks. wmma needs 32-byte aligned
  * fragment addresses and strides of 16 bytes: every tile size and 16-row step here is a
  * multiple of 32 bytes.
+ *
+ * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
+ * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
+ * [64][DM + 8], filled as above (zero past the last row and past D). A warp's 16 x 64
+ * product A B^T (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane
+ * (g = lane / 4, q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile
+ * n, so a row lives in the 4 lanes of a quad and its max and sum are 2-step butterflies.
+ * Per k step of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with
+ * one ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
+ * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
+ * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
+ * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
+ * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
+ * different groups of 4 banks. The key pass works on transposed tiles (rows keys, columns
+ * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
+ * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
+ * FMA per entry: s log2(e) - m); lse is still the natural log. Outputs go straight from
+ * the accumulators to global memory (float2 per lane when aligned).
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -69,20 +86,29 @@
  * save 2 of them, but only through float atomics or a [T/64, T, D] buffer per head).
  *
  * Resources per block, shared memory in KB for DM = 64 / 128:
- *            forward      kernel 1     kernel 2
- *   f32      68 / 116     85 / 149    102 / 166
- *   bf16     53 / 93      62 / 110     71 / 119
- * All are above the 48 KB default, so each launch opts in. At DM = 64 two blocks fit an
- * SM, and __launch_bounds__ caps registers at 128 for it (ptxas
- * with nvcc 13: no spills, but for 8 bytes in kernel 2 in f32 and kernel 1 in bf16);
- * at DM = 128 one block fits, registers are not capped.
+ *                   forward      kernel 1     kernel 2
+ *   f32             68 / 116     85 / 149    102 / 166
+ *   bf16 (wmma)     53 / 93      62 / 110     71 / 119
+ *   bf16 (mma)      27 / 51      36 / 68      36.5 / 68.5
+ * Above 48 KB each launch opts in. f32 and wmma: at DM = 64 two blocks fit an SM, and
+ * __launch_bounds__ caps registers at 128 for it (ptxas with nvcc 13: no spills, but for
+ * 8 bytes in kernel 2 in f32 and kernel 1 in bf16); at DM = 128 one block fits, registers
+ * are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
+ * blocks an SM at DM = 64 (168 registers: 165 and 168 used, no spills) and two at
+ * DM = 128 (189 and 220); kernel 2 holds dk and dv (2 DM / 8 accumulator tiles) and is
+ * capped for two (250 at DM = 64; 255 and a 12-byte spill at DM = 128). Capping it at
+ * 168 for three blocks spilled 106 bytes. Tile fills move 4 float4 a thread per tensor
+ * at a time, so the loads in flight fit beside those accumulators.
  *
- * Barriers: every loop iteration is  sync (the previous iteration's readers are done) ->
- * fill tiles -> sync -> scores, write P -> sync -> products from P. A tensor-core product
- * into registers adds two of its own: sync (the previous product's readers of Sc are
- * done) -> fragments to Sc -> sync -> each thread reads its entries; so does the final
- * read-out of a sum kept in fragments. Anything read after a loop that may run zero times
- * is fenced by its own sync.
+ * Barriers, f32 and wmma: every loop iteration is  sync (the previous iteration's readers
+ * are done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. A
+ * tensor-core product into registers adds two of its own: sync (the previous product's
+ * readers of Sc are done) -> fragments to Sc -> sync -> each thread reads its entries; so
+ * does the final read-out of a sum kept in fragments. Anything read after a loop that may
+ * run zero times is fenced by its own sync. mma: two a loop iteration, sync (the previous
+ * tile's readers are done) -> fill the walked tiles (and lse, delta) -> sync -> every
+ * product and the softmax, from registers and the read-only tiles; the tiles filled
+ * before the loop are fenced by its first sync, and nothing shared is read after it.
  */
 #include "cuda.h"
 
@@ -137,6 +163,9 @@ typedef struct att_io {
 template <int PR> struct elt { typedef float T; };
 template <> struct elt<P_BF16> { typedef __nv_bfloat16 T; };
 
+/* float4 one thread of NT moves per fill of a 64 x DM tile */
+template <int DM> struct per { static constexpr int N = TR * DM / 4 / NT; };
+
 template <int DM, int PR> struct tl {
   typedef typename elt<PR>::T T;
   static constexpr int PAD = PR == P_BF16 ? 8 : 4;
@@ -144,7 +173,6 @@ template <int DM, int PR> struct tl {
   static constexpr int LDP = TR + PAD;           /* row stride of the P / dS tiles */
   static constexpr int SIZE = TR * LD;           /* elements */
   static constexpr int PSIZE = TR * LDP;
-  static constexpr int PER = TR * DM / 4 / NT;   /* float4 one thread moves per fill */
   static constexpr int H = DM / 64;              /* float4 per thread per output row */
   static constexpr int LDO = DM + 4;             /* stride of a 64 x DM result in Sc */
   static constexpr size_t SC = PR == P_F32 ? 0 : sizeof(float) * TR * LDO; /* Sc bytes */
@@ -175,12 +203,12 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
    first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
    (zero past row n and past D), then stash them in a shared tile. */
-template <int DM>
-__device__ __forceinline__ void fetch(float4 (&r)[tl<DM, 0>::PER], const float *src, int n,
-                                      int64_t ld, const att_dims &a) {
+template <int DM, int N = NT, int P>
+__device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, int64_t ld,
+                                      const att_dims &a) {
 #pragma unroll
-  for (int k = 0; k < tl<DM, 0>::PER; k++) {
-    int i = (int)threadIdx.x + k * NT, row = i / (DM / 4), d = i % (DM / 4) * 4;
+  for (int k = 0; k < P; k++) {
+    int i = (int)threadIdx.x + k * N, row = i / (DM / 4), d = i % (DM / 4) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row < n && d < a.D) {
       const float *p = src + row * ld + d;
@@ -204,12 +232,11 @@ __device__ __forceinline__ void put4(__nv_bfloat16 *p, const float4 &v) {
   memcpy(&u.y, &hi, 4);
   *(uint2 *)p = u; /* 8-byte aligned: d % 4 == 0 and LD * 2 % 8 == 0 */
 }
-template <int DM, int PR>
-__device__ __forceinline__ void stash(typename tl<DM, PR>::T *dst,
-                                      const float4 (&r)[tl<DM, 0>::PER]) {
+template <int DM, int PR, int N = NT, int P>
+__device__ __forceinline__ void stash(typename tl<DM, PR>::T *dst, const float4 (&r)[P]) {
 #pragma unroll
-  for (int k = 0; k < tl<DM, 0>::PER; k++) {
-    int i = (int)threadIdx.x + k * NT, row = i / (DM / 4), d = i % (DM / 4) * 4;
+  for (int k = 0; k < P; k++) {
+    int i = (int)threadIdx.x + k * N, row = i / (DM / 4), d = i % (DM / 4) * 4;
     put4(dst + row * tl<DM, PR>::LD + d, r[k]);
   }
 }
@@ -218,7 +245,7 @@ template <int DM, int PR>
 __device__ __forceinline__ void fill2(typename tl<DM, PR>::T *da, const float *sa, int64_t la,
                                       typename tl<DM, PR>::T *db, const float *sb, int64_t lb,
                                       int n, const att_dims &a) {
-  float4 ra[tl<DM, 0>::PER], rb[tl<DM, 0>::PER];
+  float4 ra[per<DM>::N], rb[per<DM>::N];
   fetch<DM>(ra, sa, n, la, a);
   fetch<DM>(rb, sb, n, lb, a);
   stash<DM, PR>(da, ra);
@@ -546,7 +573,7 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
   int64_t koff = head_at(a, a.k, bh);
   const float *Kb = io.k + koff, *Vb = io.v + koff;
   {
-    float4 r[tl<DM, PR>::PER];
+    float4 r[per<DM>::N];
     fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
     stash<DM, PR>(Qs, r);
   }
@@ -695,6 +722,415 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   if (io.dv) dv.store(io.dv + koff, kn, a.k.sr, a, Sc);
 }
 
+/* ---- the bf16 path: mma.sync m16n8k16 with the score tiles in registers ---- */
+
+#define MT 128 /* threads per block of the mma kernels: 4 warps of 16 rows each */
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+/* Blocks per SM the register allocation must allow (see the header): the forward and
+   kernel 1 fit 168 registers at DM = 64; kernel 2 holds dk and dv and gets 255. */
+#define MMB(DM) ((DM) == 64 ? 3 : 2)
+#define MMB_KV 2
+#define FC 4 /* float4 a thread loads per tile per chunk of mfill */
+
+typedef __nv_bfloat16 bf16;
+
+/* One m16n8 f32 accumulator tile: c[0], c[1] at row g, columns 2 q, 2 q + 1; c[2], c[3]
+   at row g + 8 (g = lane / 4, q = lane % 4). */
+typedef float acc8[4];
+
+__device__ __forceinline__ unsigned sm_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+/* Four 8 x 8 b16 matrices, lanes 8 i .. 8 i + 7 giving the row addresses of matrix i;
+   r[i] is this lane's pair of matrix i (row lane / 4, columns 2 (lane % 4) and + 1, or
+   with .trans that pair of the transposed matrix). The memory clobber keeps the reads
+   between the barriers that bracket them. */
+__device__ __forceinline__ void ldm4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldm4t(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+/* c += A B: A 16 x 16 (a[0..3]: rows g, g + 8 at k = 2 q, then at k = 2 q + 8), B 16 x 8
+   (b0: k = 2 q, 2 q + 1 of column g; b1: k + 8). */
+__device__ __forceinline__ void mma16816(acc8 &c, const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  unsigned u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+__device__ __forceinline__ float lo2(unsigned u) {
+  __nv_bfloat162 v;
+  memcpy(&v, &u, 4);
+  return __low2float(v);
+}
+__device__ __forceinline__ float hi2(unsigned u) {
+  __nv_bfloat162 v;
+  memcpy(&v, &u, 4);
+  return __high2float(v);
+}
+__device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
+
+/* Rows [0, n) of one or two f32 tiles into bf16 tiles [64][DM + 8], in chunks of 8 float4
+   a thread (64 rows at DM = 64, 32 at DM = 128), so at most 16 loads per thread are in
+   flight: the accumulators the callers hold (up to 128 registers in the key pass at
+   DM = 128) must fit beside them. */
+template <int DM>
+__device__ __forceinline__ void mfill(bf16 *da, const float *sa, int64_t la, bf16 *db,
+                                      const float *sb, int64_t lb, int n,
+                                      const att_dims &a) {
+  constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
+#pragma unroll
+  for (int r0 = 0; r0 < TR; r0 += RC) {
+    float4 ra[FC], rb[FC];
+    fetch<DM, MT>(ra, sa + r0 * la, n - r0, la, a);
+    if (db) fetch<DM, MT>(rb, sb + r0 * lb, n - r0, lb, a);
+    stash<DM, P_BF16, MT>(da + r0 * LD, ra);
+    if (db) stash<DM, P_BF16, MT>(db + r0 * LD, rb);
+  }
+}
+
+/* acc = A B^T for the warp's 16 rows of A (A points at the first) against the 64 rows of
+   B, over d in [0, dn): A and B bf16 tiles [64][DM + 8], zero past D. acc[n] holds
+   columns 8 n .. 8 n + 7. Each k step is one ldmatrix of A and four of B. */
+template <int DM>
+__device__ __forceinline__ void mma_nt(acc8 (&acc)[8], const bf16 *A, const bf16 *B, int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  /* A: matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a[0..3];
+     B: (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1 of the column
+     tiles n and n + 1 */
+  unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
+  unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
+#pragma unroll
+  for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+  for (int k = 0; k < DM; k += 16) {
+    if (k >= dn) break; /* uniform: the rest of d is zero */
+    unsigned fa[4];
+    ldm4(fa, pa + 2 * k);
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+      unsigned fb[4];
+      ldm4(fb, pb + 2 * (n * 8 * LD + k));
+      mma16816(acc[n], fa, fb[0], fb[1]);
+      mma16816(acc[n + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+/* acc += P M: P the warp's 16 x 64 bf16 operand in registers (p[k] the A fragment of
+   inner rows 16 k .. 16 k + 15), M a bf16 tile [64][DM + 8] read transposed by ldmatrix
+   (its rows are the inner dimension); column tiles at or past dn are skipped (zero). */
+template <int DM>
+__device__ __forceinline__ void mma_pm(acc8 (&acc)[DM / 8], const unsigned (&p)[4][4],
+                                       const bf16 *M, int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  /* matrices (rows 0-7, columns 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) transposed =
+     b0, b1 of the column tiles n and n + 1 */
+  unsigned pm = sm_addr(M + (l & 15) * LD + (l >> 4) * 8);
+#pragma unroll
+  for (int n = 0; n < DM / 8; n += 2) {
+    if (8 * n >= dn) break;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      unsigned fb[4];
+      ldm4t(fb, pm + 2 * (16 * k * LD + 8 * n));
+      mma16816(acc[n], p[k], fb[0], fb[1]);
+      mma16816(acc[n + 1], p[k], fb[2], fb[3]);
+    }
+  }
+}
+
+/* The accumulator tiles 2 k and 2 k + 1 of a 16 x 64 result are, rounded to bf16 and
+   paired, the A fragment of inner rows 16 k .. 16 k + 15 of the next product. */
+__device__ __forceinline__ void to_a(unsigned (&p)[4][4], const acc8 (&s)[8]) {
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    p[k][0] = pack2(s[2 * k][0], s[2 * k][1]);
+    p[k][1] = pack2(s[2 * k][2], s[2 * k][3]);
+    p[k][2] = pack2(s[2 * k + 1][0], s[2 * k + 1][1]);
+    p[k][3] = pack2(s[2 * k + 1][2], s[2 * k + 1][3]);
+  }
+}
+/* Entry e of accumulator tile n, as rounded into to_a's fragments. */
+__device__ __forceinline__ float from_a(const unsigned (&p)[4][4], int n, int e) {
+  unsigned u = p[n >> 1][(n & 1) * 2 + (e >> 1)];
+  return e & 1 ? hi2(u) : lo2(u);
+}
+
+/* ds = p (dp - delta) scale, and 0 where p is 0: every masked entry (p = 0 exactly, so
+   the mask need not stay live across the dp product), and entries whose p underflowed. */
+__device__ __forceinline__ float ds_of(float p, float dp, float dl, float scale) {
+  return p == 0.f ? 0.f : p * (dp - dl) * scale;
+}
+
+template <int N> __device__ __forceinline__ void zero8(acc8 (&x)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.f;
+}
+
+/* Writes the lane's entries of a warp's 16 x DM result (rows r0 + g, r0 + g + 8 of the
+   block's tile, columns < D) to the rows of stride ld at dst, skipping rows >= n; row
+   half h times mul[h]. */
+template <int DM>
+__device__ __forceinline__ void mstore(float *dst, int n, int64_t ld, const att_dims &a,
+                                       const acc8 (&acc)[DM / 8], int r0,
+                                       const float (&mul)[2]) {
+  const int l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int r = r0 + g + 8 * h;
+    if (r >= n) continue;
+#pragma unroll
+    for (int t = 0; t < DM / 8; t++) {
+      int d = 8 * t + c2;
+      if (d >= a.D) continue;
+      float *p = dst + r * ld + d, v0 = acc[t][2 * h] * mul[h], v1 = acc[t][2 * h + 1] * mul[h];
+      if (a.vec) {
+        *(float2 *)p = make_float2(v0, v1); /* d even, rows 16-byte aligned */
+      } else {
+        p[0] = v0;
+        if (d + 1 < a.D) p[1] = v1;
+      }
+    }
+  }
+}
+
+/* Forward, one block of 4 warps per (bh, query tile), warp w owning query rows
+   16 w .. 16 w + 15. Shared: Qs, Ks, Vs [64][DM + 8] bf16. Statistics in the base-2
+   domain: m = running max of s log2(e), p = 2^(s log2(e) - m). */
+template <int DM>
+__global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, const att_dims a) {
+  constexpr int LD = DM + 8;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  bf16 *Qs = (bf16 *)att_sm, *Ks = Qs + TR * LD, *Vs = Ks + TR * LD;
+  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+  int64_t bh;
+  int t0, nq, nk;
+  query_tile(a, bh, t0, nq, nk);
+  int64_t koff = head_at(a, a.k, bh);
+  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  mfill<DM>(Qs, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, a.q.sr, nullptr, nullptr, 0, nq, a);
+  const float sl = a.scale * LOG2E;
+  const int t = t0 + 16 * w + g; /* the lane's rows: t and t + 8 */
+  float m[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
+  acc8 o[DM / 8];
+  zero8(o);
+  for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
+    int kn = min(TR, nk - j0);
+    __syncthreads(); /* the previous tile's readers are done (and Qs is whole) */
+    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
+    __syncthreads();
+    acc8 s[8];
+    mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
+    bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0); /* no entry masked */
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int c = 8 * n + c2 + (e & 1), h = e >> 1;
+        bool vis = full || (c < kn && (!a.causal || j0 + c <= t + 8 * h));
+        s[n][e] = vis ? s[n][e] * sl : -INFINITY;
+        mx[h] = fmaxf(mx[h], s[n][e]);
+      }
+    float al[2], mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* a row lives in the 4 lanes of a quad */
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));
+      float mn = fmaxf(m[h], mx[h]);
+      mu[h] = mn == -INFINITY ? 0.f : mn; /* nothing visible yet: every p is 0 */
+      al[h] = exp2f(m[h] - mu[h]);        /* 0 while m[h] = -inf */
+      m[h] = mn;
+    }
+    float ps[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        s[n][e] = exp2f(s[n][e] - mu[e >> 1]); /* masked: 2^-inf = 0 exactly */
+        ps[e >> 1] += s[n][e];
+      }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      ps[h] += __shfl_xor_sync(FULL, ps[h], 1);
+      ps[h] += __shfl_xor_sync(FULL, ps[h], 2);
+      ls[h] = ls[h] * al[h] + ps[h];
+    }
+#pragma unroll
+    for (int n = 0; n < DM / 8; n++)
+      o[n][0] *= al[0], o[n][1] *= al[0], o[n][2] *= al[1], o[n][3] *= al[1];
+    unsigned p[4][4];
+    to_a(p, s);
+    mma_pm<DM>(o, p, Vs, a.dn);
+  }
+  float inv[2];
+  int64_t row = bh * a.T + t0;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    inv[h] = inv_or_zero(ls[h]);
+    int r = 16 * w + g + 8 * h;
+    if ((l & 3) == 0 && r < nq) io.lse[row + r] = ls[h] == 0.f ? 0.f : (m[h] + log2f(ls[h])) * LN2;
+  }
+  mstore<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
+}
+
+/* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
+   its rows (to scratch), then dq. Shared: Qs, Gs, Ks, Vs [64][DM + 8] bf16. */
+template <int DM>
+__global__ void __launch_bounds__(MT, MMB(DM))
+    att_bwd_q_mma(const att_io io, float *__restrict__ delta, const att_dims a) {
+  constexpr int LD = DM + 8;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TR * LD, *Ks = Gs + TR * LD, *Vs = Ks + TR * LD;
+  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+  int64_t bh;
+  int t0, nq, nk;
+  query_tile(a, bh, t0, nq, nk);
+  int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
+  int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
+  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  mfill<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
+  /* delta = g.o from global f32 (the forward's o; g unrounded), a row per warp step */
+  float dl[2] = {0.f, 0.f}, lg[2];
+  for (int i = 0; i < 16; i++) {
+    int r = 16 * w + i;
+    float part = 0.f;
+    if (r < nq) {
+      const float *gr = io.g + goff + r * a.o.sr, *orow = io.o + goff + r * a.o.sr;
+      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], orow[d], part);
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) part += __shfl_xor_sync(FULL, part, o);
+    if (i == g) dl[0] = part;
+    if (i == g + 8) dl[1] = part;
+    if (l == 0 && r < nq) delta[row + r] = part;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int r = 16 * w + g + 8 * h;
+    lg[h] = r < nq ? io.lse[row + r] * LOG2E : 0.f;
+  }
+  if (!io.dq) return; /* uniform over the block */
+  const float sl = a.scale * LOG2E;
+  const int t = t0 + 16 * w + g;
+  acc8 dq[DM / 8];
+  zero8(dq);
+  for (int j0 = 0; j0 < nk; j0 += TR) {
+    int kn = min(TR, nk - j0);
+    __syncthreads(); /* the previous tile's readers are done (and Qs, Gs are whole) */
+    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
+    __syncthreads();
+    bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0);
+    auto vis = [&](int n, int e) {
+      int c = 8 * n + c2 + (e & 1);
+      return full || (c < kn && (!a.causal || j0 + c <= t + 8 * (e >> 1)));
+    };
+    acc8 s[8];
+    unsigned p[4][4], ds[4][4];
+    mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - lg[e >> 1]) : 0.f;
+    to_a(p, s);
+    mma_nt<DM>(s, Gs + 16 * w * LD, Vs, a.dn); /* dp */
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        s[n][e] = ds_of(from_a(p, n, e), s[n][e], dl[e >> 1], a.scale);
+    to_a(ds, s);
+    mma_pm<DM>(dq, ds, Ks, a.dn);
+  }
+  const float one[2] = {1.f, 1.f};
+  mstore<DM>(io.dq + qoff, nq, a.q.sr, a, dq, 16 * w, one);
+}
+
+/* Backward kernel 2, per key tile (in key order, heaviest first when causal), warp w
+   owning key rows 16 w .. 16 w + 15: over the query tiles that see its keys, in order of
+   t, the transposed tiles p^T and ds^T (rows keys, columns queries) in registers, which
+   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, Qs, Gs [64][DM + 8]
+   bf16, Ls, Dl [64] f32 (the query tile's lse log2(e) and delta). */
+template <int DM>
+__global__ void __launch_bounds__(MT, MMB_KV)
+    att_bwd_kv_mma(const att_io io, const float *__restrict__ delta, const att_dims a) {
+  constexpr int LD = DM + 8;
+  extern __shared__ __align__(128) unsigned char att_sm[];
+  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TR * LD, *Qs = Vs + TR * LD, *Gs = Qs + TR * LD;
+  float *Ls = (float *)(Gs + TR * LD), *Dl = Ls + TR;
+  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+  int64_t bh = (int64_t)blockIdx.x % a.BH;
+  int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
+  int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
+  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
+  mfill<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  const float sl = a.scale * LOG2E;
+  const int c = 16 * w + g; /* the lane's key rows: c and c + 8 of the tile */
+  acc8 dk[DM / 8], dv[DM / 8];
+  zero8(dk);
+  zero8(dv);
+  for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
+    int tn = min(TR, a.T - t0);
+    __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Ls, Dl consumed */
+    mfill<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
+    if (threadIdx.x < TR) {
+      int r = (int)threadIdx.x;
+      Ls[r] = r < tn ? lb[t0 + r] * LOG2E : 0.f;
+      Dl[r] = r < tn ? db[t0 + r] : 0.f;
+    }
+    __syncthreads();
+    bool full = kn == TR && tn == TR && (!a.causal || t0 >= s0 + TR - 1);
+    auto vis = [&](int n, int e) {
+      int r = 8 * n + c2 + (e & 1), ck = c + 8 * (e >> 1);
+      return full || (ck < kn && r < tn && (!a.causal || t0 + r >= s0 + ck));
+    };
+    acc8 s[8];
+    unsigned p[4][4], ds[4][4];
+    mma_nt<DM>(s, Ks + 16 * w * LD, Qs, a.dn); /* s^T */
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Ls[8 * n + c2 + (e & 1)]) : 0.f;
+    to_a(p, s);
+    if (io.dv) mma_pm<DM>(dv, p, Gs, a.dn);
+    if (io.dk) {
+      mma_nt<DM>(s, Vs + 16 * w * LD, Gs, a.dn); /* dp^T */
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float d = Dl[8 * n + c2 + (e & 1)];
+          s[n][e] = ds_of(from_a(p, n, e), s[n][e], d, a.scale);
+        }
+      to_a(ds, s);
+      mma_pm<DM>(dk, ds, Qs, a.dn);
+    }
+  }
+  const float one[2] = {1.f, 1.f};
+  if (io.dk) mstore<DM>(io.dk + koff, kn, a.k.sr, a, dk, 16 * w, one);
+  if (io.dv) mstore<DM>(io.dv + koff, kn, a.k.sr, a, dv, 16 * w, one);
+}
+
 /* Dynamic shared memory of each kernel: tiles, P tiles, Sc. */
 template <int DM, int PR> size_t smem_bytes(int tiles, int ptiles) {
   typedef tl<DM, PR> L;
@@ -777,15 +1213,15 @@ rg_status smem_fits(rg_kargs *k, const att_dims &a, size_t need) {
    48 KB, which fails only for a size smem_fits let through: then that error is the
    status). */
 template <typename Kern, typename... Args>
-rg_status launch_att(rg_kargs *k, const att_dims &a, Kern kern, int64_t blocks, size_t bytes,
-                     Args... args) {
+rg_status launch_att(rg_kargs *k, const att_dims &a, Kern kern, int64_t blocks, int threads,
+                     size_t bytes, Args... args) {
   rg_status st = smem_fits(k, a, bytes);
   if (st != RG_OK) return st;
   if (bytes > 48 * 1024 &&
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
           cudaSuccess)
     return rg_cuda_check_launch(k, "attention (shared memory opt-in)");
-  kern<<<(unsigned)blocks, NT, bytes, rg_cuda_ctx(k)->stream>>>(args...);
+  kern<<<(unsigned)blocks, threads, bytes, rg_cuda_ctx(k)->stream>>>(args...);
   return rg_cuda_check_launch(k, "attention");
 }
 
@@ -811,21 +1247,38 @@ rg_status no_scratch(rg_kargs *k, size_t need) {
   return RG_ERR_UNSUPPORTED;
 }
 
+/* Shared memory of the mma kernels: bf16 tiles [64][DM + 8], and f32 extras. */
+template <int DM> size_t msmem_bytes(int tiles, int floats) {
+  return sizeof(bf16) * (size_t)(tiles * TR * (DM + 8)) + sizeof(float) * (size_t)floats;
+}
+
 template <int DM, int PR> rg_status attention_fwd(rg_kargs *k, const att_dims &a,
                                                   const att_io &io) {
-  return launch_att(k, a, att_fwd_k<DM, PR>, a.BH * cdiv(a.T, TR), smem_bytes<DM, PR>(3, 1),
-                    io, a);
+  int64_t blocks = a.BH * cdiv(a.T, TR);
+#ifndef RG_ATT_WMMA /* defined: the bf16 path of wmma through shared f32 tiles */
+  if constexpr (PR == P_BF16)
+    return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
+  else
+#endif
+    return launch_att(k, a, att_fwd_k<DM, PR>, blocks, NT, smem_bytes<DM, PR>(3, 1), io, a);
 }
 
 /* T > 0 and S >= 0; delta: BH * T floats. */
 template <int DM, int PR>
 rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
-  rg_status st = launch_att(k, a, att_bwd_q_k<DM, PR>, a.BH * cdiv(a.T, TR),
-                            smem_bytes<DM, PR>(4, 1), io, delta, a);
-  if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+  int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
-  return launch_att(k, a, att_bwd_kv_k<DM, PR>, a.BH * cdiv(a.S, TR),
-                    smem_bytes<DM, PR>(4, 2), io, cd, a);
+  rg_status st;
+#ifndef RG_ATT_WMMA
+  if constexpr (PR == P_BF16) {
+    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(4, 0), io, delta, a);
+    if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(4, 2 * TR), io, cd, a);
+  }
+#endif
+  st = launch_att(k, a, att_bwd_q_k<DM, PR>, qb, NT, smem_bytes<DM, PR>(4, 1), io, delta, a);
+  if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+  return launch_att(k, a, att_bwd_kv_k<DM, PR>, kb, NT, smem_bytes<DM, PR>(4, 2), io, cd, a);
 }
 
 /* The instantiation for D and the node's precision. */
