@@ -912,15 +912,18 @@ static void op_linear(fz *F) {
   rg_tensor x = operand(F, NULL);
   shp sx;
   int64_t in = shape_of(F, x, &sx) && sx.ndim ? sx.d[sx.ndim - 1] : dimval(F), out = dimval(F);
-  if (u8(F) % 8 == 0) in = dimval(F);
+  uint8_t sel = u8(F);
+  if (sel % 8 == 0) in = dimval(F);
+  int act = (sel >> 3) % 4; /* rg_linear, rg_linear_act ReLU / GELU, or act 7: no rg_act */
   shp sw = {RG_F32, 2, {out, in}}, sb = {RG_F32, 1, {out}};
   rg_tensor w = operand(F, &sw);
   rg_tensor b = u8(F) % 3 == 0 ? RG_NONE : operand(F, &sb);
-  pre(F, "rg_linear");
+  pre(F, act ? "rg_linear_act" : "rg_linear");
   note(F, x, 1, 0);
   note(F, w, 2, 0);
   note(F, b, 3, 1);
-  rg_tensor r = rg_linear(F->ctx, x, w, b);
+  rg_tensor r = act ? rg_linear_act(F->ctx, x, w, b, (rg_act)(act == 3 ? 7 : act))
+                    : rg_linear(F->ctx, x, w, b);
   post(F, !r.id);
   track(F, r, 1);
 }
@@ -961,9 +964,28 @@ static void op_embedding(fz *F) {
   track(F, r, 1);
 }
 
+/* rg_attention_qkv on [B, T, 3 H D] (or a width that is not a multiple of 3 H, or no
+   heads: misuse). */
+static void op_attention_qkv(fz *F, int64_t B, int64_t H, int64_t T, int64_t D, uint8_t sel) {
+  shp sx = {RG_F32, 3, {B, T, 3 * H * D + ((sel >> 3) & 1)}};
+  rg_tensor qkv = operand(F, &sx);
+  int64_t heads = (sel >> 4) & 1 ? H : (int64_t)below(F, 3) - 1;
+  int causal = below(F, 3);
+  pre(F, "rg_attention_qkv");
+  note(F, qkv, 1, 0);
+  rg_tensor r = rg_attention_qkv(F->ctx, qkv, heads, causal);
+  post(F, !r.id);
+  track(F, r, 1);
+}
+
 static void op_attention(fz *F) {
-  int64_t B = 1 + below(F, 2), H = 1 + below(F, 3), T = dimval(F), S = u8(F) & 1 ? T : dimval(F),
-          D = dimval(F);
+  int64_t B = 1 + below(F, 2), H = 1 + below(F, 3), T = dimval(F);
+  uint8_t sel = u8(F);
+  int64_t S = sel & 1 ? T : dimval(F), D = dimval(F);
+  if ((sel >> 1) % 4 == 0) {
+    op_attention_qkv(F, B, H, T, D, sel);
+    return;
+  }
   shp sq = {RG_F32, 4, {B, H, T, D}}, sk = {RG_F32, 4, {B, H, S, D}};
   if (u8(F) % 8 == 0) sk = bcast_like(F, sk);
   rg_tensor q = operand(F, &sq), k = operand(F, &sk), v = operand(F, &sk);
