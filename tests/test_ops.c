@@ -1490,6 +1490,17 @@ static void t_attention_qkv(void) {
   attention_qkv_case(0, 3, 2, 2, 1, 0); /* no batch */
   rg_ctx *ctx = open_ctx();
   if (!ctx) return;
+  /* Empty tensors with huge extents size nothing (a fuzzer found a 2^42-byte scratch for
+     qkv [0, 2^40, 6]): no batch, and D = 0 with 2^40 keys; forward and backward. */
+  int64_t big = (int64_t)1 << 40;
+  rg_tensor e = param(ctx, 3, (int64_t[]){0, big, 6}, NULL);
+  rg_tensor q0 = param(ctx, 4, (int64_t[]){1, 1, 3, 0}, NULL);
+  rg_tensor k0 = param(ctx, 4, (int64_t[]){1, 1, big, 0}, NULL);
+  rg_tensor ye = rg_attention_qkv(ctx, e, 2, 1), y0 = rg_attention(ctx, q0, k0, k0, 0);
+  rg_tensor l0 = rg_add(ctx, rg_sum(ctx, ye, RG_ALL_AXES, 0), rg_sum(ctx, y0, RG_ALL_AXES, 0));
+  float lv = -1;
+  CHECK(rg_backward(ctx, l0) == RG_OK && rg_item(ctx, l0, &lv) == RG_OK && lv == 0 &&
+        rg_error(ctx) == RG_OK, "empty attention with huge extents: %s", rg_errmsg(ctx));
   rg_tensor x = param(ctx, 3, (int64_t[]){2, 3, 24}, NULL);
   expect_misuse(ctx, rg_attention_qkv(ctx, x, 5, 1), "rg_attention_qkv",
                 "24 columns, 5 heads");

@@ -429,9 +429,20 @@ static rg_status attn_forward(rg_kargs *k) {
   attn_io io;
   attn_dims a = attn_shape(k, &io);
   int nt = nthreads(k);
+  int64_t rows = a.BH * a.T;
+  /* Empty tensors bound no size: with no rows, or D = 0, S may be anything (a scratch row
+     of S floats, or a loop over S keys, could be astronomically large). With D = 0 every
+     score is 0, o is empty and lse is log(visible keys), as the loop would compute it. */
+  if (rows == 0) return RG_OK;
+  if (a.D == 0) {
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t ns = attn_keys(&a, r % a.T);
+      io.lse[r] = ns ? (float)log((double)ns) : 0.f;
+    }
+    return RG_OK;
+  }
   float *scratch = thread_scratch(k, nt, a.S);
   if (!scratch) return RG_ERR_OOM;
-  int64_t rows = a.BH * a.T;
   bool par = rows * a.S * a.D > PAR_MIN;
   (void)par; /* read only by OpenMP pragmas */
 #pragma omp parallel num_threads(nt) if(par)
@@ -501,6 +512,7 @@ static rg_status attn_backward(rg_kargs *k) {
   attn_dims a = attn_shape(k, &io);
   int nt = nthreads(k);
   int64_t qrows = a.BH * a.T, krows = a.BH * a.S;
+  if (a.BH == 0 || a.D == 0) return RG_OK; /* every gradient is empty (see attn_forward) */
   /* per thread a p and a dp row, then delta per query row */
   float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + qrows);
   if (!scratch) return RG_ERR_OOM;
