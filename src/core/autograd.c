@@ -129,14 +129,15 @@ static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin
   uint32_t x = n->in[0], w = n->in[1], b = n->in[2];
   if (!g) return; /* act' failed: its error is set */
   rg_shape sx = rg__shape(ctx, x), gx = sx;
-  uint32_t g2 = rows2(ctx, g), gf = as_factors(ctx, g2, sx.dtype);
-  if (needs_grad(ctx, x)) {
+  bool dx = needs_grad(ctx, x), dw = needs_grad(ctx, w);
+  uint32_t g2 = rows2(ctx, g), gf = dx || dw ? as_factors(ctx, g2, sx.dtype) : 0;
+  if (dx) {
     gx.ndim = 2;
     gx.dims[0] = rg__shape(ctx, g2).dims[0];
     gx.dims[1] = sx.dims[sx.ndim - 1];
     gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
   }
-  if (needs_grad(ctx, w)) {
+  if (dw) {
     uint32_t xr = rows2(ctx, x), pg = weight_sink(ctx, w);
     if (pg) { /* straight into the gradient: the fold of accumulate() would leave an
                  [out, in] temporary in the peak */

@@ -404,19 +404,20 @@ rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal
   uint32_t in[1];
   if (!ctx || !operand(ctx, qkv, call, 1, F32_ONLY, &in[0])) return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
-  char b[96];
-  rg__fmt_shape(b, sizeof b, s.ndim, s.dims);
-  if (s.ndim != 3)
-    return rg__fail(ctx, RG_ERR_MISUSE, call, "qkv is %s but must be [B,T,3C] (q, k and v "
-                    "side by side on the last axis, as a fused projection makes them)", b),
-           RG_NONE;
-  if (heads <= 0)
-    return rg__fail(ctx, RG_ERR_MISUSE, call, "heads %lld must be positive", (long long)heads),
-           RG_NONE;
-  if (s.dims[2] % (3 * heads))
+  if (s.ndim != 3 || heads <= 0 || s.dims[2] % (3 * heads)) { /* formatted only on misuse */
+    char b[96];
+    rg__fmt_shape(b, sizeof b, s.ndim, s.dims);
+    if (s.ndim != 3)
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "qkv is %s but must be [B,T,3C] (q, k and "
+                      "v side by side on the last axis, as a fused projection makes them)",
+                      b), RG_NONE;
+    if (heads <= 0)
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "heads %lld must be positive",
+                      (long long)heads), RG_NONE;
     return rg__fail(ctx, RG_ERR_MISUSE, call, "qkv is %s: its last axis %lld must be 3C with "
                     "C a multiple of heads %lld (q, k and v of C = heads x D columns each)",
                     b, (long long)s.dims[2], (long long)heads), RG_NONE;
+  }
   s.dims[2] /= 3;
   return attention_emit(ctx, RG_OP_ATTENTION_QKV, in, s, heads, causal);
 }
