@@ -109,26 +109,30 @@ typedef struct rg_options {
                               about 10 bits of mantissa in the products, f32 accumulation),
                               as PyTorch's allow_tf32 (rg_attention keeps f32: its
                               fused kernel is faster so). The CPU ignores it. */
-  int bf16;                /* 1: bf16 mixed precision for matrix products, as PyTorch's
-                              autocast to bfloat16 (for rg_matmul and rg_linear only):
-                              each F32 factor (x and w; never the bias) is recorded as
-                              an rg_cast to BF16 (round to nearest even), the product of
-                              the BF16 values accumulates in F32 and is F32. Backward,
-                              the incoming gradient is rounded to BF16 for the gradient
-                              products, which accumulate in F32 and give F32 gradients.
-                              The attention ops recorded while it is set run their
-                              products on bf16 tensor cores (CUDA; see rg_attention).
-                              Everything else stays F32: parameters (master weights),
-                              their gradients, optimizer state, activations between
-                              products, norms, softmax, the loss. tf32 does not apply to
-                              BF16 products. The CPU rounds matrix products exactly as
-                              CUDA and multiplies the rounded values exactly in F32, so
-                              the backends differ only by summation order, as in F32;
-                              its attention stays f32 (CUDA's differs by bf16 rounding).
-                              Tested: a small GPT (2 layers, width 64) trained 40 steps
-                              on the CPU keeps its loss within 2% of the F32 run's at
-                              every step (0.2% measured; tests/test_bf16.c).
-                              Env RG_BF16=1 does the same. */
+  int bf16;                /* 1: bf16 mixed precision, as PyTorch's autocast to
+                              bfloat16. Products (rg_matmul, rg_linear, rg_linear_act)
+                              record an rg_cast to BF16 (round to nearest even) of each
+                              F32 factor (never the bias), sum the BF16 values in F32,
+                              and return BF16 (bias and activation applied in F32, then
+                              rounded once): bf16 activations. rg_layernorm and
+                              rg_rmsnorm return BF16 too (F32 statistics); the attention
+                              ops cast F32 q, k, v to BF16 and return BF16 (bf16 tensor
+                              cores on CUDA). Elementwise binary ops and the losses read
+                              BF16 operands widened and return F32 (a residual stream
+                              stays F32); any other op given a BF16 operand records a
+                              widening rg_cast to F32 first (softmax, reductions...).
+                              Backward, every gradient is F32; a product's incoming
+                              gradient is rounded to BF16 for its gradient products.
+                              Parameters (master weights), their gradients, optimizer
+                              state and the loss stay F32. tf32 does not apply to BF16
+                              products. The CPU computes every op in F32 on the widened
+                              values and rounds its BF16 results once, as CUDA does, so
+                              the backends differ by summation order (and CUDA's
+                              attention by its bf16 probabilities). Tested: a small GPT
+                              (2 layers, width 64) trained 40 steps on the CPU keeps its
+                              loss within 2% of the F32 run's at every step (0.07%
+                              measured; tests/test_bf16.c). Env RG_BF16=1 does the
+                              same. */
   int check_finite;        /* 1: after each node, check its outputs; the first NaN or Inf
                               fails the drain with RG_ERR_NONFINITE naming the op and its
                               label. Off (and free) by default. Env RG_CHECK_FINITE=1. */
@@ -281,8 +285,9 @@ RG_API rg_tensor rg_log_softmax(rg_ctx *ctx, rg_tensor x);
 /* Matrix product over the last two axes; leading (batch) axes broadcast. 1-D operands are
    not promoted: both must have >= 2 axes. [..,M,K] x [..,K,N] -> [..,M,N]. The operands
    are both F32 or both BF16 (rg_options.bf16 casts F32 ones to BF16 itself); BF16 values
-   are multiplied exactly and summed in F32. The result and the operands' gradients are
-   F32 either way (a BF16 operand's gradient flows on through its rg_cast in F32). */
+   are multiplied exactly and summed in F32. The result is F32, or BF16 (rounded once)
+   with rg_options.bf16; the operands' gradients are F32 either way (a BF16 operand's
+   gradient flows on through its rg_cast in F32). */
 RG_API rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b);
 /* x[..., in] * w[out, in]^T + b[out] (PyTorch layout); b may be RG_NONE. x and w as
    rg_matmul's operands (both F32 or both BF16); b is F32. */
@@ -306,14 +311,16 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    causal masks key s > query t (aligned at the start). d: q, k and v. The CUDA backend
    runs it as one fused kernel (no T x S matrix in memory) for head sizes D <= 128; a
    larger D is RG_ERR_UNSUPPORTED at the barrier (use more heads: D = width / heads).
-   Precision, fixed when the op is recorded: by default everything is f32 (CUDA within
-   1e-5 normalised error of the CPU). With rg_options.bf16 the CUDA backend rounds q, k,
-   v, the incoming gradient and the probabilities to bf16 for the six products (q k^T, p v; backward
-   g v^T, ds k, ds^T q, p^T g), which run on tensor cores with f32 accumulation: an
-   estimated 0.5% normalised error in the output and 1% in the gradients (the tests
-   bound it at 2%); rg_options.tf32 changes nothing here. Softmax statistics,
-   exponentials, the output and the gradients are f32 in every mode; the CPU always
-   computes f32. Results repeat bit for bit in every mode (no atomics). */
+   Precision follows the dtype: q, k and v are all F32 or all BF16 (rg_options.bf16
+   casts F32 ones to BF16), and the output has their dtype. F32: everything f32 (CUDA
+   within 1e-5 normalised error of the CPU; rg_options.tf32 changes nothing here). BF16:
+   the CUDA backend also rounds the incoming gradient and the probabilities to bf16 for
+   the six products (q k^T, p v; backward g v^T, ds k, ds^T q, p^T g), which run on
+   tensor cores with f32 accumulation: an estimated 0.5% normalised error in the output
+   and 1% in the gradients (the tests bound it at 2%); the CPU computes in f32 on the
+   widened values. Softmax statistics and exponentials are f32, the output is rounded
+   once, and the gradients are F32 in every mode. Results repeat bit for bit (no
+   atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
 /* rg_attention on the heads of a fused projection, read and written in place: qkv

@@ -1,5 +1,5 @@
 /*
- * test_bf16.c - bf16 mixed precision for matrix products (rg_options.bf16), on the CPU.
+ * test_bf16.c - bf16 mixed precision (rg_options.bf16), on the CPU.
  *
  * What is checked:
  *  - a product of BF16 operands is the F32 product of the same values widened to F32, bit
@@ -11,6 +11,12 @@
  *    parameters' gradients are F32 and are the products of the incoming gradient rounded
  *    to BF16 with the BF16 factors (the transposed GEMMs of the backward pass included),
  *    against a reference in double; the bias gradient is the unrounded sum;
+ *  - bf16 activations: with rg_options.bf16, linear (with GELU), layernorm and attention
+ *    return BF16 equal bit for bit to the F32 result (on the rounded operands) rounded
+ *    once; an add of F32 and BF16 and the cross-entropy of BF16 logits return F32, equal
+ *    to the F32 ops on the widened values; softmax of a BF16 tensor records a widening
+ *    cast; the gradients of BF16 activations are F32; without the option BF16 q, k, v
+ *    give BF16 attention and a mix is refused;
  *  - a small GPT trained with rg_options.bf16 follows the F32 run: at every step the loss
  *    is within LOSS_TOL (relative) of the F32 loss, and it falls;
  *  - misuse: BF16 mixed with F32 without the option, a BF16 bias, an I32 factor.
@@ -56,14 +62,20 @@ static rg_tensor rand_input(rg_ctx *ctx, uint32_t seed, float **host, int nd,
   return t;
 }
 
-/* The tensor's F32 values (malloc'd); NULL and a failed check on an error. */
+/* The tensor's values as F32 (BF16 ones widened; malloc'd); NULL and a failed check on
+   an error. */
 static float *values(rg_ctx *ctx, rg_tensor t, const char *what) {
   int64_t n = rg_numel(ctx, t);
+  rg_dtype dt = rg_dtype_of(ctx, t);
   float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  rg_status st = rg_dtype_of(ctx, t) == RG_F32 ? rg_read(ctx, t, v, sizeof(float) * (size_t)n)
-                                                : RG_ERR_MISUSE;
-  CHECK(st == RG_OK, "%s: not an F32 value that reads (%s: %s)", what, rg_status_str(st),
+  uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+  rg_status st = dt == RG_F32    ? rg_read(ctx, t, v, sizeof(float) * (size_t)n)
+                 : dt == RG_BF16 ? rg_read(ctx, t, h, sizeof(uint16_t) * (size_t)n)
+                                 : RG_ERR_MISUSE;
+  CHECK(st == RG_OK, "%s: not a float value that reads (%s: %s)", what, rg_status_str(st),
         rg_errmsg(ctx));
+  for (int64_t i = 0; st == RG_OK && dt == RG_BF16 && i < n; i++) v[i] = rg_bf16_to_f32(h[i]);
+  free(h);
   if (st != RG_OK) free(v), v = NULL;
   return v;
 }
@@ -130,7 +142,7 @@ static void test_oom(void) {
     ctx->alloc_fail_at = 0;
     CHECK(st == RG_OK || st == RG_ERR_OOM, "allocation %llu failing: %s", (unsigned long long)n,
           rg_status_str(st));
-    widen_failed |= st == RG_ERR_OOM && msg_has(ctx, "F32 copy of a BF16 operand");
+    widen_failed |= st == RG_ERR_OOM && msg_has(ctx, "F32 copy of a BF16 tensor");
     rg_clear_error(ctx);
     if (st == RG_OK) {
       done = 1;
@@ -213,7 +225,8 @@ static void test_autocast(void) {
         "rg_matmul recorded %llu nodes and rg_linear %llu; want 3 each (two casts and the "
         "product)", (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
         (unsigned long long)(s2.nodes_recorded - s1.nodes_recorded));
-  CHECK(rg_dtype_of(ctx, y) == RG_F32 && rg_dtype_of(ctx, z) == RG_F32, "outputs are not F32");
+  CHECK(rg_dtype_of(ctx, y) == RG_BF16 && rg_dtype_of(ctx, z) == RG_BF16,
+        "outputs are not BF16 (bf16 activations)");
   same_bits(ctx, y, rg_matmul(ctx, bf(ctx, A), bf(ctx, B)), "autocast matmul");
   same_bits(ctx, z, rg_linear(ctx, bf(ctx, X), bf(ctx, Wt), bias), "autocast linear");
   rg_tensor loss = rg_add(ctx, rg_sum(ctx, rg_mul(ctx, y, Gy), RG_ALL_AXES, 0),
@@ -255,6 +268,117 @@ static void test_autocast(void) {
         (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
   rg_close(ctx);
   printf("autocast   %s  casts recorded; outputs and F32 gradients as the BF16 reference\n",
+         failed() ? "FAIL" : "PASS");
+}
+
+/* ---- bf16 activations: what each op returns --------------------------------------------- */
+
+/* t's values (as F32) as an input of ctx f, in t's shape. */
+static rg_tensor mirror(rg_ctx *h, rg_tensor t, rg_ctx *f) {
+  int64_t dims[RG_MAX_DIMS] = {0};
+  int nd = rg_ndim(h, t);
+  for (int i = 0; i < nd; i++) dims[i] = rg_dim(h, t, i);
+  float *v = values(h, t, "mirror");
+  rg_tensor r = v ? rg_input(f, RG_F32, nd, dims, v) : RG_NONE;
+  free(v);
+  return r;
+}
+
+/* got (of ctx h) is BF16 and, bit for bit, want (F32, of ctx f) rounded once; or, with
+   dt F32, got is F32 and equals want. */
+static void rounded(rg_ctx *h, rg_tensor got, rg_ctx *f, rg_tensor want, rg_dtype dt,
+                    const char *what) {
+  CHECK(rg_dtype_of(h, got) == dt, "%s: dtype %d, want %d", what, (int)rg_dtype_of(h, got),
+        (int)dt);
+  int64_t n = rg_numel(h, got), bad = 0;
+  float *g = values(h, got, what), *w = values(f, want, what);
+  CHECK(n == rg_numel(f, want), "%s: %lld vs %lld elements", what, (long long)n,
+        (long long)rg_numel(f, want));
+  for (int64_t i = 0; g && w && n == rg_numel(f, want) && i < n; i++) {
+    float r = dt == RG_BF16 ? rg_bf16_to_f32(rg_f32_to_bf16(w[i])) : w[i];
+    bad += memcmp(&g[i], &r, sizeof r) != 0;
+  }
+  CHECK(bad == 0, "%s: %lld of %lld elements are not the F32 result%s", what, (long long)bad,
+        (long long)n, dt == RG_BF16 ? " rounded to BF16" : "");
+  free(g), free(w);
+}
+
+/* With rg_options.bf16 (context h), against the F32 ops of context f on the same values:
+   products, norms and attention return BF16, the F32 result of the rounded operands
+   rounded once; elementwise ops and the loss read BF16 operands widened and return F32;
+   an F32-only op (softmax) gets a recorded widening cast; every gradient is F32. */
+static void test_activations(void) {
+  rg_ctx *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 5}), *f = open_cpu();
+  if (!h || !f) {
+    if (h) rg_close(h);
+    if (f) rg_close(f);
+    return;
+  }
+  enum { B = 2, T = 3, I = 32, C = 16, O = 3 * C };
+  rg_init u = {RG_INIT_UNIFORM, -1, 1};
+  rg_tensor w = rg_param(h, "w", RG_F32, D2(O, I), u), b = rg_param(h, "b", RG_F32, 1,
+                                                                      (int64_t[]){O}, u);
+  rg_tensor wl = rg_param(h, "wl", RG_F32, D2(7, C), u);
+  rg_step_begin(h);
+  rg_step_begin(f);
+  rg_tensor x = rand_input(h, 1, NULL, D3(B, T, I)), x2 = rand_input(h, 2, NULL, D3(B, T, O));
+  int32_t tg[B * T] = {0, 3, 6, 1, 4, 2};
+  rg_tensor tgt = rg_input(h, RG_I32, D2(B, T), tg), tgtf = rg_input(f, RG_I32, D2(B, T), tg);
+  /* the F32 reference sees the rounded operands of each product */
+  rg_tensor xf = mirror(h, bf(h, x), f), wf = mirror(h, bf(h, w), f), bfv = mirror(h, b, f);
+  rg_tensor y = rg_linear_act(h, x, w, b, RG_ACT_GELU);
+  rg_tensor yf = rg_linear_act(f, xf, wf, bfv, RG_ACT_GELU);
+  rounded(h, y, f, yf, RG_BF16, "linear_act (GELU)");
+  rg_tensor r = rg_add(h, x2, y), rf = rg_add(f, mirror(h, x2, f), mirror(h, y, f));
+  rounded(h, r, f, rf, RG_F32, "add (F32 + BF16)");
+  rg_tensor n = rg_layernorm(h, r, RG_NONE, RG_NONE, 1e-5f);
+  rg_tensor nf = rg_layernorm(f, rf, RG_NONE, RG_NONE, 1e-5f);
+  rounded(h, n, f, nf, RG_BF16, "layernorm");
+  rg_tensor a = rg_attention_qkv(h, n, 2, 1), af = rg_attention_qkv(f, mirror(h, n, f), 2, 1);
+  rounded(h, a, f, af, RG_BF16, "attention_qkv");
+  rg_tensor lg = rg_linear(h, a, wl, RG_NONE);
+  rg_tensor lgf = rg_linear(f, mirror(h, a, f), mirror(h, bf(h, wl), f), RG_NONE);
+  rounded(h, lg, f, lgf, RG_BF16, "linear");
+  rg_stats s0, s1;
+  rg_stats_get(h, &s0);
+  rg_tensor sm = rg_softmax(h, lg);
+  rg_stats_get(h, &s1);
+  CHECK(s1.nodes_recorded - s0.nodes_recorded == 2, "softmax of BF16 recorded %llu nodes; "
+        "want 2 (the widening cast and the softmax)",
+        (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
+  rounded(h, sm, f, rg_softmax(f, mirror(h, lg, f)), RG_F32, "softmax (widened)");
+  rg_tensor loss = rg_cross_entropy(h, lg, tgt);
+  rounded(h, loss, f, rg_cross_entropy(f, mirror(h, lg, f), tgtf), RG_F32,
+          "cross_entropy (BF16 logits)");
+  CHECK_ST(h, rg_retain_grad(h, y), RG_OK);
+  CHECK_ST(h, rg_retain_grad(h, a), RG_OK);
+  CHECK_ST(h, rg_backward(h, loss), RG_OK);
+  rg_tensor gy = rg_grad(h, y), ga = rg_grad(h, a), gw = rg_grad(h, w);
+  CHECK(rg_dtype_of(h, gy) == RG_F32 && rg_dtype_of(h, ga) == RG_F32 &&
+            rg_dtype_of(h, gw) == RG_F32, "the gradients of BF16 activations and of the "
+        "weights are not F32");
+  float *gv = values(h, gw, "dw");
+  double norm = 0;
+  for (int i = 0; gv && i < O * I; i++) norm += (double)gv[i] * gv[i];
+  CHECK(gv && norm > 0 && norm == norm, "dw is zero or not finite (%g)", norm);
+  free(gv);
+  CHECK(rg_error(h) == RG_OK && rg_error(f) == RG_OK, "activations: %s / %s", rg_errmsg(h),
+        rg_errmsg(f));
+  rg_close(h);
+  rg_close(f);
+  /* without the option: BF16 q, k, v run attention in bf16 and return BF16; mixed ones
+     are refused */
+  f = open_cpu();
+  if (!f) return;
+  rg_tensor q = rand_input(f, 3, NULL, D4(1, 2, 5, 8)), k = rand_input(f, 4, NULL, D4(1, 2, 5, 8));
+  rg_tensor o = rg_attention(f, bf(f, q), bf(f, k), bf(f, k), 0);
+  CHECK(o.id && rg_dtype_of(f, o) == RG_BF16, "BF16 attention: %s", rg_errmsg(f));
+  o = rg_attention(f, bf(f, q), k, k, 0);
+  CHECK(!o.id && rg_error(f) == RG_ERR_MISUSE && msg_has(f, "all F32 or all BF16"),
+        "mixed attention: %s", rg_errmsg(f));
+  rg_clear_error(f);
+  rg_close(f);
+  printf("activations %s BF16 products, norms, attention; F32 adds, losses, gradients\n",
          failed() ? "FAIL" : "PASS");
 }
 
@@ -357,6 +481,7 @@ int main(void) {
   test_exact();
   test_oom();
   test_autocast();
+  test_activations();
   test_gpt();
   test_misuse();
   return finish();

@@ -84,7 +84,8 @@ static uint32_t matmul_t(rg_ctx *ctx, uint32_t a, uint32_t b, int ta, int tb, rg
    take it rounded to BF16, as PyTorch's autocast does; the gradient products sum in F32
    and give the factors F32 gradients, which their casts from F32 pass on unchanged. */
 static uint32_t as_factors(rg_ctx *ctx, uint32_t g, int dtype) {
-  return g && dtype == RG_BF16 ? R(rg_cast(ctx, H(g), RG_BF16)) : g;
+  if (!g || dtype != RG_BF16 || rg__t(ctx, g)->dtype == RG_BF16) return g;
+  return R(rg_cast(ctx, H(g), RG_BF16));
 }
 
 /* Backward of a reduction: g (reduced shape) back to x's shape. */
@@ -153,9 +154,17 @@ static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin
 
 /* ---- the rules ----------------------------------------------------------------------------- */
 
+/* Every gradient is F32, also a BF16 tensor's (bf16 activations): the shapes below that
+   size gradients say F32 whatever their tensor's dtype. */
+static rg_shape grad_shape(rg_ctx *ctx, uint32_t ref) {
+  rg_shape s = rg__shape(ctx, ref);
+  if (ref) s.dtype = RG_F32;
+  return s;
+}
+
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint32_t *gin) {
   uint32_t g = gout[0], x = n->in[0], y = n->in[1], out = n->out[0];
-  rg_shape sx = rg__shape(ctx, x), sy = rg__shape(ctx, y), so = rg__shape(ctx, out);
+  rg_shape sx = grad_shape(ctx, x), sy = grad_shape(ctx, y), so = grad_shape(ctx, out);
   const float *f = n->f;
   switch ((rg_op)n->op) {
   case RG_OP_ADD: gin[0] = sum_to(ctx, g, sx); gin[1] = sum_to(ctx, g, sy); break;
@@ -204,7 +213,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     rg_shape ga = so, gb = so;
     ga.dims[so.ndim - 1] = sx.dims[sx.ndim - 1];
     gb.dims[so.ndim - 2] = sy.dims[sy.ndim - 2];
-    uint32_t gf = as_factors(ctx, g, sx.dtype);
+    uint32_t gf = as_factors(ctx, g, rg__t(ctx, x)->dtype);
     gin[0] = sum_to(ctx, matmul_t(ctx, gf, y, 0, 1, ga), sx);
     gin[1] = sum_to(ctx, matmul_t(ctx, x, gf, 1, 0, gb), sy);
     break;
@@ -232,7 +241,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
   case RG_OP_ATTENTION: {
     uint32_t in[RG_MAX_IN] = {x, y, n->in[2], n->out[0], g, n->out[1]};
     uint32_t o[RG_MAX_OUT] = {0};
-    rg_shape outs[RG_MAX_OUT] = {sx, sy, rg__shape(ctx, n->in[2])};
+    rg_shape outs[RG_MAX_OUT] = {sx, sy, grad_shape(ctx, n->in[2])};
     if (rg__emit(ctx, RG_OP_ATTENTION_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)
       memcpy(gin, o, sizeof o);
     break;
@@ -274,9 +283,8 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     break;
   }
   case RG_OP_DROPOUT: gin[0] = op1(ctx, RG_OP_DROPOUT, g, n->in[1], 0, sx, n->i, f); break;
-  case RG_OP_CAST: /* back to x's dtype, which a product's F32 gradient may have already */
-    gin[0] = rg__shape(ctx, g).dtype == sx.dtype ? g
-                                                 : R(rg_cast(ctx, H(g), (rg_dtype)sx.dtype));
+  case RG_OP_CAST: /* passed on: F32 on both sides of a float cast */
+    gin[0] = rg__t(ctx, g)->dtype == RG_F32 ? g : R(rg_cast(ctx, H(g), RG_F32));
     break;
   default: break; /* no gradient (argmax, uploads, backward and in-place ops) */
   }

@@ -63,7 +63,20 @@ rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *ou
 enum { F32_ONLY = 1 << RG_F32, ANY_FLOAT = 1 << RG_F32 | 1 << RG_BF16, I32_ONLY = 1 << RG_I32,
        ANY = 7 };
 
-/* A live, computed (or pending) operand of an allowed dtype. */
+/* *ref becomes a recorded rg_cast of it to dtype (autocast's casts). */
+static bool recast(rg_ctx *ctx, uint32_t *ref, rg_dtype dtype) {
+  rg_shape s = rg__shape(ctx, *ref);
+  uint32_t out[RG_MAX_OUT] = {0};
+  s.dtype = dtype;
+  if (rg__emit(ctx, RG_OP_CAST, ref, &s, NULL, NULL, NULL, out) != RG_OK) return false;
+  *ref = out[0];
+  return true;
+}
+
+/* A live, computed (or pending) operand of an allowed dtype. With rg_options.bf16 a BF16
+   operand of an op that computes in F32 only is widened (exactly) by a recorded rg_cast,
+   as autocast runs such ops in F32; the cast stays recorded if a later check of the same
+   call refuses it (an ordinary node, computed at the next barrier). */
 static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
                     uint32_t *ref) {
   if (rg__check(ctx, t, call, k, ref) != RG_OK) return false;
@@ -74,6 +87,8 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
     return false;
   }
   if (!(dtypes >> ti->dtype & 1)) {
+    if (ctx->opt.bf16 && ti->dtype == RG_BF16 && (dtypes & F32_ONLY))
+      return recast(ctx, ref, RG_F32);
     rg__fail(ctx, RG_ERR_MISUSE, call, "operand %d has dtype %s; this op takes %s%s", k,
              rg__dtype_name(ti->dtype),
              dtypes == I32_ONLY ? "I32" : dtypes == F32_ONLY ? "F32" : "F32 or BF16",
@@ -134,11 +149,12 @@ static bool broadcast(rg_ctx *ctx, const char *call, const rg_shape *a, const rg
 static rg_tensor binary(rg_ctx *ctx, rg_op op, rg_tensor a, rg_tensor b) {
   const char *call = rg_optab[op].name;
   uint32_t in[2];
-  if (!ctx || !operand(ctx, a, call, 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, b, call, 2, F32_ONLY, &in[1]))
+  if (!ctx || !operand(ctx, a, call, 1, ANY_FLOAT, &in[0]) ||
+      !operand(ctx, b, call, 2, ANY_FLOAT, &in[1]))
     return RG_NONE;
   rg_shape sa = rg__shape(ctx, in[0]), sb = rg__shape(ctx, in[1]), so = sa;
   if (!broadcast(ctx, call, &sa, &sb, &so)) return RG_NONE;
+  so.dtype = RG_F32; /* a BF16 operand is read widened: bf16 activations meet F32 ones */
   return emit1(ctx, op, in, so, NULL, NULL);
 }
 rg_tensor rg_add(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_ADD, a, b); }
@@ -222,21 +238,19 @@ static bool same_float(rg_ctx *ctx, const char *call, const uint32_t *in) {
   return false;
 }
 
-/* rg_options.bf16: each F32 factor ref in in[0..1] becomes a recorded rg_cast of it to
-   BF16. The cast is an ordinary node on the tape, so the factor's gradient comes back
-   through it (in F32: see CAST in autograd.c). Called after every check, so a refused
-   product records nothing. */
-static bool autocast(rg_ctx *ctx, uint32_t *in) {
-  for (int j = 0; j < 2 && ctx->opt.bf16; j++) {
-    rg_shape s = rg__shape(ctx, in[j]);
-    uint32_t out[RG_MAX_OUT] = {0};
-    if (s.dtype != RG_F32) continue;
-    s.dtype = RG_BF16;
-    if (rg__emit(ctx, RG_OP_CAST, &in[j], &s, NULL, NULL, NULL, out) != RG_OK) return false;
-    in[j] = out[0];
-  }
+/* rg_options.bf16: each F32 ref in in[0..n) becomes a recorded rg_cast of it to BF16 (the
+   factors of a product, attention's q, k and v). The cast is an ordinary node on the
+   tape, so the operand's gradient comes back through it (in F32: see CAST in
+   autograd.c). Called after every check, so a refused product records nothing. */
+static bool autocast(rg_ctx *ctx, uint32_t *in, int n) {
+  for (int j = 0; j < n && ctx->opt.bf16; j++)
+    if (rg__t(ctx, in[j])->dtype == RG_F32 && !recast(ctx, &in[j], RG_BF16)) return false;
   return true;
 }
+
+/* What a product (or a norm) returns: BF16 with rg_options.bf16 (bf16 activations: the
+   sums are F32 and rounded once), F32 otherwise. */
+static rg_dtype act_dtype(rg_ctx *ctx) { return ctx->opt.bf16 ? RG_BF16 : RG_F32; }
 
 rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
   const char *call = "rg_matmul";
@@ -254,11 +268,11 @@ rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
   rg_shape ba = sa, bb = sb;
   ba.ndim -= 2;
   bb.ndim -= 2;
-  o.dtype = RG_F32;
+  o.dtype = act_dtype(ctx);
   if (!broadcast(ctx, call, &ba, &bb, &o)) return RG_NONE;
   o.dims[o.ndim++] = sa.dims[sa.ndim - 2];
   o.dims[o.ndim++] = sb.dims[sb.ndim - 1];
-  if (!autocast(ctx, in)) return RG_NONE;
+  if (!autocast(ctx, in, 2)) return RG_NONE;
   return emit1(ctx, RG_OP_MATMUL, in, o, NULL, NULL);
 }
 
@@ -283,8 +297,8 @@ static rg_tensor linear(rg_ctx *ctx, const char *call, rg_tensor x, rg_tensor w,
                          &sb, &sw), RG_NONE;
   }
   o.dims[o.ndim - 1] = sw.dims[0];
-  o.dtype = RG_F32;
-  if (!autocast(ctx, in)) return RG_NONE;
+  o.dtype = act_dtype(ctx);
+  if (!autocast(ctx, in, 2)) return RG_NONE;
   if (act == RG_ACT_NONE) return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
   rg_shape outs[RG_MAX_OUT] = {o, o, {0, -1, {0}}};
   if (act == RG_ACT_RELU) outs[1].ndim = -1; /* its backward needs only out[0] */
@@ -330,6 +344,7 @@ rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta
   if (!(eps >= 0))
     return rg__fail(ctx, RG_ERR_MISUSE, call, "eps %g must be >= 0", eps), RG_NONE;
   float fv[4] = {eps, 0, 0, 0};
+  s.dtype = act_dtype(ctx);
   return emit1(ctx, RG_OP_LAYERNORM, in, s, NULL, fv);
 }
 
@@ -346,6 +361,7 @@ rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps) {
   if (!(eps >= 0))
     return rg__fail(ctx, RG_ERR_MISUSE, call, "eps %g must be >= 0", eps), RG_NONE;
   float fv[4] = {eps, 0, 0, 0};
+  s.dtype = act_dtype(ctx);
   return emit1(ctx, RG_OP_RMSNORM, in, s, NULL, fv);
 }
 
@@ -366,15 +382,23 @@ rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx) {
   return emit1(ctx, RG_OP_EMBEDDING, in, o, NULL, NULL);
 }
 
-/* Either attention op: out o of shape so and the log-sum-exp of each query row, [B,H,T],
-   which the backward reads instead of running the forward again. The products' precision
-   follows the context's autocast options at record time (ops.h). */
-static rg_tensor attention_emit(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_shape so,
-                                int64_t heads, int causal) {
+/* Either attention op on its n inputs: out o of shape so and the log-sum-exp of each
+   query row, [B,H,T], which the backward reads instead of running the forward again. The
+   inputs are all F32 or all BF16 (rg_options.bf16 casts F32 ones to BF16), o their
+   dtype: BF16 runs the products on bf16 tensor cores (ops.h). */
+static rg_tensor attention_emit(rg_ctx *ctx, const char *call, rg_op op, uint32_t *in, int n,
+                                rg_shape so, int64_t heads, int causal) {
+  for (int j = 1; j < n; j++)
+    if (rg__t(ctx, in[j])->dtype != rg__t(ctx, in[0])->dtype && !ctx->opt.bf16)
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "operand 1 is %s and operand %d is %s; q, "
+                      "k and v are all F32 or all BF16 — rg_cast them, or open the context "
+                      "with rg_options.bf16 = 1", rg__dtype_name(rg__t(ctx, in[0])->dtype),
+                      j + 1, rg__dtype_name(rg__t(ctx, in[j])->dtype)), RG_NONE;
+  if (!autocast(ctx, in, n)) return RG_NONE;
   int64_t T = op == RG_OP_ATTENTION ? so.dims[2] : so.dims[1];
+  so.dtype = rg__t(ctx, in[0])->dtype;
   rg_shape outs[2] = {so, {RG_F32, 3, {so.dims[0], heads, T}}};
-  int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads,
-                   ctx->opt.bf16 ? 2 : 0, 0};
+  int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads, 0, 0};
   uint32_t out[RG_MAX_OUT] = {0};
   return rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
                                                                    : RG_NONE;
@@ -383,8 +407,8 @@ static rg_tensor attention_emit(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_sh
 rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
   const char *call = "rg_attention";
   uint32_t in[3];
-  if (!ctx || !operand(ctx, q, call, 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, k, call, 2, F32_ONLY, &in[1]) || !operand(ctx, v, call, 3, F32_ONLY, &in[2]))
+  if (!ctx || !operand(ctx, q, call, 1, ANY_FLOAT, &in[0]) ||
+      !operand(ctx, k, call, 2, ANY_FLOAT, &in[1]) || !operand(ctx, v, call, 3, ANY_FLOAT, &in[2]))
     return RG_NONE;
   rg_shape sq = rg__shape(ctx, in[0]), sk = rg__shape(ctx, in[1]), sv = rg__shape(ctx, in[2]);
   if (sq.ndim != 4 || sk.ndim != 4 || sv.ndim != 4)
@@ -396,13 +420,13 @@ rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int c
   if (memcmp(sk.dims, sv.dims, sizeof sk.dims))
     return shape_error(ctx, call, "do not fit: k and v must have the same shape", &sk, &sv),
            RG_NONE;
-  return attention_emit(ctx, RG_OP_ATTENTION, in, sq, sq.dims[1], causal);
+  return attention_emit(ctx, call, RG_OP_ATTENTION, in, 3, sq, sq.dims[1], causal);
 }
 
 rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal) {
   const char *call = "rg_attention_qkv";
   uint32_t in[1];
-  if (!ctx || !operand(ctx, qkv, call, 1, F32_ONLY, &in[0])) return RG_NONE;
+  if (!ctx || !operand(ctx, qkv, call, 1, ANY_FLOAT, &in[0])) return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
   if (s.ndim != 3 || heads <= 0 || s.dims[2] % (3 * heads)) { /* formatted only on misuse */
     char b[96];
@@ -419,14 +443,14 @@ rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal
                     b, (long long)s.dims[2], (long long)heads), RG_NONE;
   }
   s.dims[2] /= 3;
-  return attention_emit(ctx, RG_OP_ATTENTION_QKV, in, s, heads, causal);
+  return attention_emit(ctx, call, RG_OP_ATTENTION_QKV, in, 1, s, heads, causal);
 }
 
 static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_ignore,
                       int ignore) {
   const char *call = has_ignore ? "rg_cross_entropy_ignore" : "rg_cross_entropy";
   uint32_t in[2];
-  if (!ctx || !operand(ctx, logits, call, 1, F32_ONLY, &in[0]) ||
+  if (!ctx || !operand(ctx, logits, call, 1, ANY_FLOAT, &in[0]) ||
       !operand(ctx, targets, call, 2, I32_ONLY, &in[1]))
     return RG_NONE;
   rg_shape sl = rg__shape(ctx, in[0]), st = rg__shape(ctx, in[1]);

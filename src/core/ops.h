@@ -7,11 +7,14 @@
  *
  * Node fields per op (n->i[], n->f[] are the baked scalars; inputs in order; "opt" means
  * the input ref may be 0 = absent). Shapes are validated at record time; kernels trust
- * them. All float tensors are F32 unless the row says otherwise.
+ * them. All float tensors are F32 unless the row says otherwise; the core records BF16
+ * only where a row allows it (the CPU's kernels are F32 only: its backend runs a node
+ * with BF16 tensors on widened copies, backend.c).
  *
  *  UPLOAD    0 in, out: copy i[1] bytes from aux (host staging) into out at byte i[0].
  *  FILL      0 in, out: every element = f[0].
- *  ADD..DIV  a, b broadcast (numpy, right-aligned) to out's shape.
+ *  ADD..DIV  a, b broadcast (numpy, right-aligned) to out's shape; a and b each F32 or
+ *            BF16 (read widened), out F32.
  *  SCALE     out = x*f[0].     POW: x^f[0].    CLAMP: min(max(x,f[0]),f[1]).
  *  unary     NEG EXP LOG SQRT RELU GELU(tanh approx) SILU SIGMOID TANH.
  *  SUM MEAN MAX ARGMAX   x; i[0] = axis in [0,ndim) or -1 for all axes; i[1] = keepdim.
@@ -22,27 +25,29 @@
  *  SOFTMAX LOG_SOFTMAX  over the last axis, max subtracted.
  *  MATMUL    a [..,M,K] (or [..,K,M] if i[0]), b [..,K,N] (or [..,N,K] if i[1]);
  *            batch axes broadcast to out [..,M,N]. a and b both F32 or both BF16 (exact
- *            products, F32 sums); out F32.
+ *            products, F32 sums); out F32, or BF16 (rounded once: bf16 activations).
  *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out]. x and w as MATMUL's a
- *            and b; b and out F32.
+ *            and b; b F32; out as MATMUL's (bias added in F32, then rounded).
  *  LINEAR_ACT as LINEAR, then an activation: i[0] = RG_ACT_RELU or RG_ACT_GELU; out[0] =
  *            act(x w^T + b); out[1] = x w^T + b, made only for GELU (its backward needs
- *            the input; ReLU's reads out[0], positive exactly where its input is).
- *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance.
- *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps.
+ *            the input; ReLU's reads out[0], positive exactly where its input is); out[1]
+ *            has out[0]'s dtype, the activation is applied in F32 before rounding.
+ *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance;
+ *            out F32 or BF16 (F32 statistics, rounded once).
+ *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps; out as LAYERNORM's.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
  *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> o [B,H,T,D], lse [B,H,T]; i[0]
  *            causal (key s masked when s > t); scale 1/sqrt(D); lse = log sum_s exp(score)
- *            of each query row (0 when it sees no key), kept for the backward;
- *            i[2] = the products' precision: 0 f32, 2 bf16 (rg_options.bf16 at record
- *            time; CUDA only, the CPU computes f32).
+ *            of each query row (0 when it sees no key), kept for the backward.
+ *            q, k, v all F32 or all BF16; o their dtype (BF16: bf16 products on CUDA,
+ *            f32 on the CPU), lse F32.
  *  ATTENTION_QKV qkv [B,T,3C] -> o [B,T,C], lse [B,H,T]: ATTENTION on heads read in place,
- *            i[0] causal, i[1] = H heads of D = C/H, i[2] as ATTENTION. Head h's q, k, v
+ *            i[0] causal, i[1] = H heads of D = C/H. Head h's q, k, v
  *            are columns h D + [0,D) of the thirds [0,C), [C,2C), [2C,3C) of each row; its
- *            output is columns h D + [0,D).
+ *            output is columns h D + [0,D). Dtypes as ATTENTION's.
  *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean, stats F32 [N+1, 2]
- *            (N = the targets' count); i[0] = has ignore, i[1] = ignore_index. Target
- *            outside [0,C) (and not ignored): fail, naming it. stats row r < N: the row's
+ *            (N = the targets' count); logits F32 or BF16; i[0] = has ignore, i[1] =
+ *            ignore_index. Target outside [0,C) (and not ignored): fail, naming it. stats row r < N: the row's
  *            max logit and log sum exp(x - max) ((0, 0) for a row that takes no part);
  *            row N: (count of rows taking part, 0). The backward reads them, so it
  *            reads the logits once.
@@ -57,7 +62,9 @@
  *            base + e) >= p; kept values scaled 1/(1-p).
  *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
  * Backward ops (recorded only by rg_backward):
- *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out
+ * Every gradient is F32; the forward tensors a backward op reads keep their dtype.
+ *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out;
+ *            x of RELU_BWD and GELU_BWD F32 or BF16 (LINEAR_ACT's outputs)
  *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
  *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
  *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt; f[0]) -> dx, dgamma [C],
@@ -66,10 +73,12 @@
  *            likewise: rg_backward folds a parameter's ACCUM into the node this way.
  *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt; f[0]) -> dx, dgamma [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
- *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv
+ *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv (q, k, v, o
+ *            F32 or BF16 as the forward's)
  *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C]
  *  CROSS_ENTROPY_BWD (logits, targets, g scalar, stats; i[0], i[1]) -> dlogits =
- *            (exp(x - max - lse) - onehot) g / count; zero rows where ignored
+ *            (exp(x - max - lse) - onehot) g / count; zero rows where ignored; logits
+ *            F32 or BF16
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
  *  ACCUM     in[0] += in[1] (same shape).

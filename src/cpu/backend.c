@@ -123,6 +123,74 @@ static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
   return RG_OK;
 }
 
+/* Kernels that read and write BF16 themselves (raw element moves, casts, optimizers). */
+static bool dtype_aware(int op) {
+  switch (op) {
+  case RG_OP_UPLOAD: case RG_OP_FILL: case RG_OP_CAST: case RG_OP_COPY: case RG_OP_PERMUTE:
+  case RG_OP_SLICE: case RG_OP_CONCAT: case RG_OP_SLICE_BWD: case RG_OP_ZERO_LIST:
+  case RG_OP_CLIP: case RG_OP_ADAMW: case RG_OP_SGD: case RG_OP_ALLREDUCE:
+    return true;
+  default: return false;
+  }
+}
+
+/* Below this many elements a BF16 tensor is widened or rounded on the calling thread. */
+#define WIDEN_PAR_MIN 32768
+
+/* Runs an F32 kernel on a node with BF16 tensors (bf16 activations, ops.h): each BF16
+   input is widened into an F32 copy (exact: a bf16 is the top half of an f32), each BF16
+   output is computed in F32 and rounded once (to nearest even), so a BF16 result is the
+   F32 one rounded. The in-place ops' targets are F32, never copied. k is as given again
+   on return. */
+static rg_status run_widened(rg_cpu_fn fn, rg_kargs *k) {
+  enum { N = RG_MAX_IN + RG_MAX_OUT };
+  float *tmp[N];
+  rg_tv *tv[N], saved[N];
+  bool out[N];
+  int n = 0, nt = k->threads > 0 ? k->threads : 1;
+  (void)nt; /* read only by OpenMP pragmas */
+  rg_status st = RG_OK;
+  for (int j = 0; j < N && st == RG_OK; j++) {
+    rg_tv *v = j < RG_MAX_IN ? &k->in[j] : &k->out[j - RG_MAX_IN];
+    if (!v->p || v->dtype != RG_BF16) continue;
+    float *w = rg__malloc(k->ctx, (size_t)v->n * sizeof *w);
+    if (!w) {
+      snprintf(k->msg, k->msgcap, "out of host memory for the F32 copy of a BF16 tensor "
+               "(%lld elements)", (long long)v->n);
+      st = RG_ERR_OOM;
+      break;
+    }
+    saved[n] = *v, tv[n] = v, tmp[n] = w, out[n] = j >= RG_MAX_IN;
+    const uint16_t *h = v->p;
+    if (!out[n]) {
+#pragma omp parallel for num_threads(nt) if(v->n > WIDEN_PAR_MIN) schedule(static)
+      for (int64_t e = 0; e < v->n; e++) w[e] = rg_bf16_to_f32(h[e]);
+    }
+    v->p = w, v->dtype = RG_F32;
+    n++;
+  }
+  if (st == RG_OK) st = fn(k);
+  for (int i = 0; i < n; i++) {
+    *tv[i] = saved[i];
+    uint16_t *h = saved[i].p;
+    const float *w = tmp[i];
+    if (st == RG_OK && out[i]) {
+#pragma omp parallel for num_threads(nt) if(saved[i].n > WIDEN_PAR_MIN) schedule(static)
+      for (int64_t e = 0; e < saved[i].n; e++) h[e] = rg_f32_to_bf16(w[e]);
+    }
+    rg__free(k->ctx, tmp[i]);
+  }
+  return st;
+}
+
+static bool has_bf16(const rg_kargs *k) {
+  for (int j = 0; j < RG_MAX_IN; j++)
+    if (k->in[j].p && k->in[j].dtype == RG_BF16) return true;
+  for (int j = 0; j < RG_MAX_OUT; j++)
+    if (k->out[j].p && k->out[j].dtype == RG_BF16) return true;
+  return false;
+}
+
 static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
                              rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_kargs k;
@@ -137,7 +205,8 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
     k.msgcap = msgcap;
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
-    rg_status st = kernels[n->op](&k);
+    rg_status st = !dtype_aware(n->op) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
+                                                        : kernels[n->op](&k);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);
     if (st != RG_OK) {

@@ -10,12 +10,11 @@
  *    thread, which walks K in fixed KC blocks: every element of C is summed in an order
  *    fixed by the shapes alone, so results are identical for any thread count.
  *  - No heap in the GEMM: the packed panels live on the calling thread's stack (under
- *    80 KB). BF16 operands of matmul and linear are widened to F32 scratch first (exact),
- *    so the same GEMM gives exactly the F32 product of the rounded values.
+ *    80 KB). BF16 operands arrive widened to F32 (backend.c), so the same GEMM gives
+ *    exactly the F32 product of the rounded values.
  */
 #include "cpu.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #ifdef RG_HAVE_CBLAS
@@ -52,8 +51,6 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 #define KC 128
 /* Below this many multiply-adds a GEMM runs on the calling thread only. */
 #define GEMM_PAR_MIN (1 << 18)
-/* Below this many elements a BF16 operand is widened on the calling thread only. */
-#define WIDEN_PAR_MIN 32768
 
 static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -216,28 +213,6 @@ void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 #define RG_GEMM_NESTS 1
 #endif
 
-/* ---- BF16 operands --------------------------------------------------------------------- */
-
-/* *f = v as F32: v itself, or (BF16) a widened copy in scratch, also stored in *tmp for
-   the caller to free (NULL otherwise). Widening is exact: a bf16 is the top half of an
-   f32. */
-static rg_status widen(rg_kargs *k, const rg_tv *v, const float **f, float **tmp) {
-  *f = v->p;
-  *tmp = NULL;
-  if (v->dtype != RG_BF16) return RG_OK;
-  float *w = rg__malloc(k->ctx, (size_t)v->n * sizeof *w);
-  if (!w) {
-    snprintf(k->msg, k->msgcap, "out of host memory for the F32 copy of a BF16 operand "
-             "(%lld elements)", (long long)v->n);
-    return RG_ERR_OOM;
-  }
-  const uint16_t *h = v->p;
-#pragma omp parallel for num_threads(nthreads(k)) if(v->n > WIDEN_PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < v->n; i++) w[i] = rg_bf16_to_f32(h[i]);
-  *f = *tmp = w;
-  return RG_OK;
-}
-
 /* ---- matmul ---------------------------------------------------------------------------- */
 
 rg_status rg_cpu_matmul(rg_kargs *k) {
@@ -250,39 +225,26 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
   rg_cpu_bcast_strides(a, o, 2, sa);
   rg_cpu_bcast_strides(b, o, 2, sb);
-  const float *pa, *pb;
-  float *po = o->p, *wa, *wb = NULL;
-  rg_status st = widen(k, a, &pa, &wa);
-  if (st == RG_OK) st = widen(k, b, &pb, &wb);
-  if (st == RG_OK) {
-    int nt = nthreads(k);
-    /* Many independent products: one per thread beats splitting each one. */
-    bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
+  const float *pa = a->p, *pb = b->p;
+  float *po = o->p;
+  int nt = nthreads(k);
+  /* Many independent products: one per thread beats splitting each one. */
+  bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
 #pragma omp parallel for num_threads(nt) if(by_batch) schedule(static)
-    for (int64_t bi = 0; bi < nbatch; bi++) {
-      rg_cpu_gemm(ta, tb, M, N, K, pa + rg_cpu_bcast_offset(o, 2, sa, bi), lda,
-                  pb + rg_cpu_bcast_offset(o, 2, sb, bi), ldb, po + bi * M * N, N, 0,
-                  by_batch ? 1 : nt);
-    }
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    rg_cpu_gemm(ta, tb, M, N, K, pa + rg_cpu_bcast_offset(o, 2, sa, bi), lda,
+                pb + rg_cpu_bcast_offset(o, 2, sb, bi), ldb, po + bi * M * N, N, 0,
+                by_batch ? 1 : nt);
   }
-  rg__free(k->ctx, wa);
-  rg__free(k->ctx, wb);
-  return st;
+  return RG_OK;
 }
 
 rg_status rg_cpu_matmul_acc(rg_kargs *k) {
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0;
   int64_t M = d->dims[0], N = d->dims[1], K = ta ? a->dims[0] : a->dims[1];
-  const float *pa, *pb;
-  float *wa, *wb = NULL;
-  rg_status st = widen(k, a, &pa, &wa);
-  if (st == RG_OK) st = widen(k, b, &pb, &wb);
-  if (st == RG_OK)
-    rg_cpu_gemm(ta, tb, M, N, K, pa, ta ? M : K, pb, tb ? K : N, d->p, N, 1, nthreads(k));
-  rg__free(k->ctx, wa);
-  rg__free(k->ctx, wb);
-  return st;
+  rg_cpu_gemm(ta, tb, M, N, K, a->p, ta ? M : K, b->p, tb ? K : N, d->p, N, 1, nthreads(k));
+  return RG_OK;
 }
 
 /* ---- linear ---------------------------------------------------------------------------- */
@@ -299,14 +261,8 @@ rg_status rg_cpu_linear(rg_kargs *k) {
     if (!bias->p) memset(y, 0, (size_t)k->out[0].n * sizeof(float));
     return RG_OK;
   }
-  const float *px, *pw;
-  float *wx, *ww = NULL;
-  rg_status st = widen(k, x, &px, &wx);
-  if (st == RG_OK) st = widen(k, w, &pw, &ww);
-  if (st == RG_OK) rg_cpu_gemm(0, 1, R, O, I, px, I, pw, I, y, O, bias->p != NULL, nthreads(k));
-  rg__free(k->ctx, wx);
-  rg__free(k->ctx, ww);
-  return st;
+  rg_cpu_gemm(0, 1, R, O, I, x->p, I, w->p, I, y, O, bias->p != NULL, nthreads(k));
+  return RG_OK;
 }
 
 rg_status rg_cpu_linear_act(rg_kargs *k) {
