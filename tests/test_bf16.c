@@ -362,6 +362,24 @@ static void test_activations(void) {
   for (int i = 0; gv && i < O * I; i++) norm += (double)gv[i] * gv[i];
   CHECK(gv && norm > 0 && norm == norm, "dw is zero or not finite (%g)", norm);
   free(gv);
+  /* The gradient of a BF16 product's result is written BF16 by the node that makes it
+     (its product rounds it anyway): retained, it is F32 and a cast appears. */
+  uint64_t nodes[2];
+  for (int retain = 0; retain < 2; retain++) {
+    rg_step_begin(h);
+    rg_tensor xi = rand_input(h, 6, NULL, D2(B * T, C));
+    rg_tensor l2 = rg_linear(h, xi, wl, RG_NONE);
+    if (retain) rg_retain_grad(h, l2);
+    rg_tensor ce = rg_cross_entropy(h, l2, rg_input(h, RG_I32, 1, (int64_t[]){B * T}, tg));
+    rg_stats_get(h, &s0);
+    CHECK_ST(h, rg_backward(h, ce), RG_OK);
+    rg_stats_get(h, &s1);
+    nodes[retain] = s1.nodes_recorded - s0.nodes_recorded;
+    if (retain) CHECK(rg_dtype_of(h, rg_grad(h, l2)) == RG_F32, "a retained gradient is F32");
+  }
+  CHECK(nodes[1] == nodes[0] + 1, "backward of linear + cross-entropy: %llu nodes, %llu when "
+        "the logits' gradient is retained; want one more (its cast to BF16)",
+        (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
   CHECK(rg_error(h) == RG_OK && rg_error(f) == RG_OK, "activations: %s / %s", rg_errmsg(h),
         rg_errmsg(f));
   rg_close(h);

@@ -20,7 +20,8 @@
  *  SUM MEAN MAX ARGMAX   x; i[0] = axis in [0,ndim) or -1 for all axes; i[1] = keepdim.
  *            ARGMAX out is I32; first maximum wins (also for MAX's backward).
  *  SUM_TO    x reduced by summation to out's shape (out broadcasts to x's shape;
- *            out may have fewer axes): the gradient of a broadcast operand.
+ *            out may have fewer axes): the gradient of a broadcast operand. x F32 or
+ *            BF16 (a bias's gradient), out F32.
  *  EXPAND    x broadcast to out's shape (numpy rules).
  *  SOFTMAX LOG_SOFTMAX  over the last axis, max subtracted.
  *  MATMUL    a [..,M,K] (or [..,K,M] if i[0]), b [..,K,N] (or [..,N,K] if i[1]);
@@ -62,9 +63,12 @@
  *            base + e) >= p; kept values scaled 1/(1-p).
  *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
  * Backward ops (recorded only by rg_backward):
- * Every gradient is F32; the forward tensors a backward op reads keep their dtype.
+ * Gradients are F32 (the forward tensors a backward op reads keep their dtype), but for
+ * the outputs marked "or BF16" below: the gradient of a BF16 product's result, which
+ * rg_backward has written BF16 since the product rounds it anyway (autograd.c).
  *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out;
- *            x of RELU_BWD and GELU_BWD F32 or BF16 (LINEAR_ACT's outputs)
+ *            x of RELU_BWD and GELU_BWD F32 or BF16 (LINEAR_ACT's outputs), their out F32
+ *            or BF16
  *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
  *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
  *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt; f[0]) -> dx, dgamma [C],
@@ -74,18 +78,20 @@
  *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt; f[0]) -> dx, dgamma [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv (q, k, v, o
- *            F32 or BF16 as the forward's)
- *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C]
+ *            F32 or BF16 as the forward's; each of dq, dk, dv F32 or BF16)
+ *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C] (F32 or
+ *            BF16)
  *  CROSS_ENTROPY_BWD (logits, targets, g scalar, stats; i[0], i[1]) -> dlogits =
  *            (exp(x - max - lse) - onehot) g / count; zero rows where ignored; logits
- *            F32 or BF16
+ *            and dlogits each F32 or BF16
  *  SLICE_BWD (g; i[0..2] as SLICE) -> out of the full shape, zero outside the slice
  * In-place ops (no out; in[0] is modified; they run in program order like any node):
  *  ACCUM     in[0] += in[1] (same shape).
  *  MATMUL_ACC in[0] += op(in[1]) op(in[2]), 2-D, i[0] i[1] as MATMUL (in[0] F32, the
  *            factors F32 or BF16): rg_backward turns a weight gradient's MATMUL and
  *            the ACCUM after it into this one node.
- *  SUM_TO_ACC in[0] += in[1] summed to in[0]'s shape as SUM_TO sums (in[0] F32):
+ *  SUM_TO_ACC in[0] += in[1] summed to in[0]'s shape as SUM_TO sums (in[0] F32, in[1]
+ *            F32 or BF16):
  *            rg_backward turns a bias gradient's SUM_TO and its ACCUM into this node.
  *  ZERO_LIST aux = rg_list of tensors to zero.
  *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
