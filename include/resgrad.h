@@ -560,7 +560,7 @@ RG_API int rg_dist_world(const rg_ctx *ctx);
 typedef enum rg_site {
   RG_SITE_INPUT,      /* rg_input (up) */
   RG_SITE_WRITE,      /* rg_write (up) */
-  RG_SITE_PARAM_INIT, /* rg_param filling (up) */
+  RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
   RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads (up/down) */
   RG_SITE_READ,       /* rg_read, rg_item (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */

@@ -394,6 +394,29 @@ static rg_status accumulate(rg_ctx *ctx, uint32_t ref, uint32_t gi, uint32_t fir
   return RG_OK;
 }
 
+/* The loss's own gradient, 1: a persistent scalar uploaded once (no node a step) when
+   the loss has no axes and is not retained (rg_grad would hand out the shared tensor);
+   a recorded FILL otherwise. Rules only read their incoming gradient, never write it. */
+static uint32_t seed_of(rg_ctx *ctx, uint32_t loss) {
+  rg_shape s = rg__shape(ctx, loss);
+  float one = 1;
+  if (s.ndim == 0 && !(rg__t(ctx, loss)->flags & RG_T_RETAIN)) {
+    if (!ctx->one) {
+      uint32_t c = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 0, NULL, "rg_backward");
+      if (!c) return 0;
+      rg_status st = ctx->be->upload(ctx, rg__t(ctx, c)->data, &one, sizeof one);
+      if (st != RG_OK) return rg__fail(ctx, st, "rg_backward", "the upload of its seed failed"), 0;
+      ctx->one = c;
+      ctx->st.up.count++, ctx->st.up.bytes += sizeof one;
+      ctx->st.up_site[RG_SITE_PARAM_INIT].count++;
+      ctx->st.up_site[RG_SITE_PARAM_INIT].bytes += sizeof one;
+    }
+    return ctx->one;
+  }
+  float fv[4] = {one, 0, 0, 0};
+  return op1(ctx, RG_OP_FILL, 0, 0, 0, s, NULL, fv);
+}
+
 rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   if (!ctx) return RG_ERR_MISUSE;
   uint32_t lref;
@@ -426,9 +449,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   int lsp0 = ctx->lsp;
   rg_label_push(ctx, "backward");
   bool labelled = ctx->lsp > lsp0; /* not when the label stack is out of memory */
-  rg_shape one = rg__shape(ctx, lref);
-  float fv[4] = {1, 0, 0, 0};
-  uint32_t seed = ctx->err == RG_OK ? op1(ctx, RG_OP_FILL, 0, 0, 0, one, NULL, fv) : 0;
+  uint32_t seed = ctx->err == RG_OK ? seed_of(ctx, lref) : 0;
   st = seed ? RG_OK : ctx->err;
   if (seed) rg__t(ctx, lref)->grad = seed, hold(ctx, seed);
   /* Distributed: the gradients are averaged across the ranks in buckets (dist.c). */

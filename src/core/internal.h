@@ -190,6 +190,7 @@ struct rg_ctx {
   uint32_t *prefs;         /* parameter refs */
   int nparams, capparams;
   uint32_t clip;           /* clip state F32[2] (persistent) or 0 */
+  uint32_t one;            /* F32 scalar 1 (persistent) or 0: rg_backward's seed */
   int clip_pending;        /* a CLIP node was recorded since the last optimizer step */
   uint32_t rngstep;        /* dropout's step counter I32[2] (persistent) or 0 */
   uint64_t rngstep_gen;    /* pass generation whose step was uploaded into it */

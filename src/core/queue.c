@@ -182,6 +182,7 @@ static void reset_persistent(rg_ctx *ctx) {
   ctx->clip = 0;
   ctx->clip_pending = 0;
   ctx->rngstep = 0;
+  ctx->one = 0;
 }
 
 rg_status rg_step_begin(rg_ctx *ctx) {
