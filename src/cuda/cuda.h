@@ -168,9 +168,13 @@ template <class F> inline void rg_cuda_typed(int dtype, F f) {
 template <class T> inline T *rg_cuda_ptr(const rg_tv *t, rg_type<T>) { return (T *)t->p; }
 
 __device__ __forceinline__ float rg_ld(const float *p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float rg_ld(const rg_bf16 *p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float rg_ld(const rg_bf16 *p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
 __device__ __forceinline__ void rg_st(float *p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void rg_st(rg_bf16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void rg_st(rg_bf16 *p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 
 /* The floats of packed bf16 pairs (element 2i in the low half, little-endian), and back. */
 __device__ __forceinline__ float rg_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
@@ -183,7 +187,9 @@ __device__ __forceinline__ uint32_t rg_bf16x2(float a, float b) {
 /* Elements [4j, 4j + 4) as one access: a float4 (16 bytes) or, for bf16, a uint2 (8 bytes).
    The group must be aligned to its size: true of every group of a tensor (they start on
    256 bytes) and of a row [r C, (r+1) C) when C % 4 == 0. */
-__device__ __forceinline__ float4 rg_ld4(const float *p, int64_t j) { return ((const float4 *)p)[j]; }
+__device__ __forceinline__ float4 rg_ld4(const float *p, int64_t j) {
+  return ((const float4 *)p)[j];
+}
 __device__ __forceinline__ float4 rg_ld4(const rg_bf16 *p, int64_t j) {
   uint2 u = ((const uint2 *)p)[j];
   return make_float4(rg_bf16_lo(u.x), rg_bf16_hi(u.x), rg_bf16_lo(u.y), rg_bf16_hi(u.y));
