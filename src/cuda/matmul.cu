@@ -66,6 +66,19 @@ static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
     }                                                                                  \
   } while (0)
 
+/* The best algorithm, or none (*found = 0). cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED
+   when it has none for the configuration (types, epilogue, alignments): that is none
+   found too, so that linear_act can still run its product and activation apart. */
+static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t op,
+                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
+                                cublasLtMatmulHeuristicResult_t *heur, int *found) {
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, heur, found);
+  if (s != CUBLAS_STATUS_NOT_SUPPORTED) return s;
+  *found = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   rg_status st = RG_OK;
@@ -149,8 +162,7 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                                               &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
   for (int i = 0; i < 4; i++)
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-  LT_TRY(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, lc, pref, 1,
-                                        &heur, &found));
+  LT_TRY(heuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, pref, &heur, &found));
   if (!found) {
     snprintf(k->msg, k->msgcap, "cuBLASLt has no algorithm for a %lldx%lldx%lld product",
              (long long)g->M, (long long)g->N, (long long)g->K);
