@@ -147,6 +147,77 @@ __device__ __forceinline__ void rg_cuda_put(float *out, int64_t e, double v, dou
     out[e] = __fadd_rn(out[e], (float)v);
 }
 
+/* ---- element types ------------------------------------------------------------------------
+   Kernels that take BF16 tensors are templated on each tensor's stored type (float or
+   rg_bf16) and compute in float: a bf16 widens exactly (its bits are the top half of a
+   float's) and a result is rounded to nearest even once, when it is stored. The float
+   instantiations do exactly what the kernels did before they were templated. */
+typedef __nv_bfloat16 rg_bf16;
+
+/* Calls f with rg_type<float>() for F32 or rg_type<rg_bf16>() for BF16, so that a launcher
+   instantiates its kernel for the tensor's stored type:
+     rg_cuda_typed(t->dtype, [&](auto tt) { typedef typename decltype(tt)::type T; ... }); */
+template <class T> struct rg_type { typedef T type; };
+template <class F> inline void rg_cuda_typed(int dtype, F f) {
+  if (dtype == RG_BF16)
+    f(rg_type<rg_bf16>());
+  else
+    f(rg_type<float>());
+}
+/* t's data as the tag's type. */
+template <class T> inline T *rg_cuda_ptr(const rg_tv *t, rg_type<T>) { return (T *)t->p; }
+
+__device__ __forceinline__ float rg_ld(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float rg_ld(const rg_bf16 *p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ void rg_st(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void rg_st(rg_bf16 *p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+
+/* The floats of packed bf16 pairs (element 2i in the low half, little-endian), and back. */
+__device__ __forceinline__ float rg_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float rg_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ uint32_t rg_bf16x2(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return (uint32_t)__bfloat16_as_ushort(h.x) | (uint32_t)__bfloat16_as_ushort(h.y) << 16;
+}
+
+/* Elements [4j, 4j + 4) as one access: a float4 (16 bytes) or, for bf16, a uint2 (8 bytes).
+   The group must be aligned to its size: true of every group of a tensor (they start on
+   256 bytes) and of a row [r C, (r+1) C) when C % 4 == 0. */
+__device__ __forceinline__ float4 rg_ld4(const float *p, int64_t j) {
+  return ((const float4 *)p)[j];
+}
+__device__ __forceinline__ float4 rg_ld4(const rg_bf16 *p, int64_t j) {
+  uint2 u = ((const uint2 *)p)[j];
+  return make_float4(rg_bf16_lo(u.x), rg_bf16_hi(u.x), rg_bf16_lo(u.y), rg_bf16_hi(u.y));
+}
+__device__ __forceinline__ void rg_st4(float *p, int64_t j, float4 v) { ((float4 *)p)[j] = v; }
+__device__ __forceinline__ void rg_st4(rg_bf16 *p, int64_t j, float4 v) {
+  ((uint2 *)p)[j] = make_uint2(rg_bf16x2(v.x, v.y), rg_bf16x2(v.z, v.w));
+}
+
+/* Elements [8j, 8j + 8): 16 bytes of bf16 (one uint4) or two float4; aligned as above. */
+__device__ __forceinline__ void rg_ld8(const float *p, int64_t j, float (&v)[8]) {
+  float4 a = ((const float4 *)p)[2 * j], b = ((const float4 *)p)[2 * j + 1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void rg_ld8(const rg_bf16 *p, int64_t j, float (&v)[8]) {
+  uint4 u = ((const uint4 *)p)[j];
+  v[0] = rg_bf16_lo(u.x), v[1] = rg_bf16_hi(u.x), v[2] = rg_bf16_lo(u.y), v[3] = rg_bf16_hi(u.y);
+  v[4] = rg_bf16_lo(u.z), v[5] = rg_bf16_hi(u.z), v[6] = rg_bf16_lo(u.w), v[7] = rg_bf16_hi(u.w);
+}
+__device__ __forceinline__ void rg_st8(float *p, int64_t j, const float (&v)[8]) {
+  ((float4 *)p)[2 * j] = make_float4(v[0], v[1], v[2], v[3]);
+  ((float4 *)p)[2 * j + 1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void rg_st8(rg_bf16 *p, int64_t j, const float (&v)[8]) {
+  ((uint4 *)p)[j] = make_uint4(rg_bf16x2(v[0], v[1]), rg_bf16x2(v[2], v[3]),
+                               rg_bf16x2(v[4], v[5]), rg_bf16x2(v[6], v[7]));
+}
+
 /* Grid size for n elements at `threads` per block, capped to keep grid-stride loops. */
 static inline unsigned rg_cuda_blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

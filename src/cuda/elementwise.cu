@@ -5,10 +5,15 @@
  *
  * Invariants: the formulas are those of src/cpu/elementwise.c, operation for operation,
  * so CPU and CUDA agree to float rounding; each output element is written by one thread;
- * grid-stride loops, so any size runs with a bounded grid. Same-shape maps (map1/map2)
- * move float4s - every tensor starts on a 256-byte boundary - and the last n % 4
- * elements one by one: the bandwidth-bound kernels then run near the copy's bandwidth
- * (bench/bandwidth.c measures it).
+ * grid-stride loops, so any size runs with a bounded grid. Same-shape maps (map2) move
+ * groups of four elements - a float4, or 8 bytes of bf16; every tensor starts on a
+ * 256-byte boundary - and the last n % 4 elements one by one: the bandwidth-bound kernels
+ * then run near the copy's bandwidth (bench/bandwidth.c measures it).
+ *
+ * Element types: the binary ops take a and b each F32 or BF16 (a residual add of a BF16
+ * branch into an F32 stream is the common mixed case), the unary and elementwise backward
+ * ops their input(s) and output each F32 or BF16; every kernel is instantiated per type
+ * (cuda.h: rg_cuda_typed) and computes in float, rounding a BF16 output once.
  */
 #include "cuda.h"
 
@@ -128,19 +133,17 @@ template <class F> __device__ __forceinline__ float4 map4(float4 a, float4 b, co
 
 /* o[i] = f(a[i], b[i]) for i < n; f is a functor. One-input maps pass a as b and ignore
    it. */
-template <class F>
-__global__ void map2_k(const float *__restrict__ a, const float *__restrict__ b,
-                       float *__restrict__ o, int64_t n, F f) {
+template <class TA, class TB, class TO, class F>
+__global__ void map2_k(const TA *__restrict__ a, const TB *__restrict__ b,
+                       TO *__restrict__ o, int64_t n, F f) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
   int64_t n4 = n >> 2;
-  const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b;
-  float4 *o4 = (float4 *)o;
-  for (int64_t j = i; j < n4; j += step) o4[j] = map4(a4[j], b4[j], f);
-  for (int64_t j = 4 * n4 + i; j < n; j += step) o[j] = f(a[j], b[j]);
+  for (int64_t j = i; j < n4; j += step) rg_st4(o, j, map4(rg_ld4(a, j), rg_ld4(b, j), f));
+  for (int64_t j = 4 * n4 + i; j < n; j += step) rg_st(o, j, f(rg_ld(a, j), rg_ld(b, j)));
 }
 
-template <class F>
-static void map2(const float *a, const float *b, float *o, int64_t n, cudaStream_t s, F f) {
+template <class TA, class TB, class TO, class F>
+static void map2(const TA *a, const TB *b, TO *o, int64_t n, cudaStream_t s, F f) {
   map2_k<<<rg_cuda_blocks((n + 3) / 4, THREADS), THREADS, 0, s>>>(a, b, o, n, f);
 }
 
@@ -158,9 +161,9 @@ template <int OP> struct bin_f {
   __device__ float operator()(float a, float b) const { return bin<OP>(a, b); }
 };
 
-template <int OP>
-__global__ void bin_bcast(const float *a, const float *b, float *o, int64_t n,
-                          rg_cuda_shape out, rg_cuda_shape sa, rg_cuda_shape sb) {
+template <int OP, class TA, class TB, class TO>
+__global__ void bin_bcast(const TA *a, const TB *b, TO *o, int64_t n, rg_cuda_shape out,
+                          rg_cuda_shape sa, rg_cuda_shape sb) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = i, ia = 0, ib = 0;
@@ -170,21 +173,20 @@ __global__ void bin_bcast(const float *a, const float *b, float *o, int64_t n,
       ia += c * sa.strides[d];
       ib += c * sb.strides[d];
     }
-    o[i] = bin<OP>(a[ia], b[ib]);
+    rg_st(o, i, bin<OP>(rg_ld(a, ia), rg_ld(b, ib)));
   }
 }
 
 /* The common broadcast, a row vector (bias, scale) against a matrix: o[i] = f(a[i],
-   b[i % m]), or f(b[i % m], a[i]) with SWAP; m is a multiple of 4 (float4 moves). */
-template <int OP, bool SWAP>
-__global__ void bin_rows(const float *__restrict__ a, const float *__restrict__ b,
-                         float *__restrict__ o, int64_t n, int64_t m) {
+   b[i % m]), or f(b[i % m], a[i]) with SWAP; m is a multiple of 4 (groups of four move
+   together). */
+template <int OP, bool SWAP, class TA, class TB, class TO>
+__global__ void bin_rows(const TA *__restrict__ a, const TB *__restrict__ b,
+                         TO *__restrict__ o, int64_t n, int64_t m) {
   int64_t n4 = n >> 2, m4 = m >> 2, step = (int64_t)gridDim.x * blockDim.x;
-  const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b;
-  float4 *o4 = (float4 *)o;
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n4; j += step) {
-    float4 x = a4[j], y = b4[j % m4];
-    o4[j] = SWAP ? map4(y, x, bin_f<OP>()) : map4(x, y, bin_f<OP>());
+    float4 x = rg_ld4(a, j), y = rg_ld4(b, j % m4);
+    rg_st4(o, j, SWAP ? map4(y, x, bin_f<OP>()) : map4(x, y, bin_f<OP>()));
   }
 }
 
@@ -212,26 +214,36 @@ static rg_cuda_shape right4(const rg_tv *in, const rg_tv *out) {
   return r;
 }
 
-template <int OP> static rg_status binary(rg_kargs *k) {
+template <int OP, class TA, class TB, class TO>
+static void binary_launch(rg_kargs *k, const TA *pa, const TB *pb, TO *po) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
   cudaStream_t s = rg_cuda_ctx(k)->stream;
   unsigned g = rg_cuda_blocks(o->n, THREADS);
-  if (o->n == 0) return RG_OK;
-  const float *pa = (const float *)a->p, *pb = (const float *)b->p;
   int64_t mb = a->n == o->n ? trailing(b, o) : 0, ma = b->n == o->n ? trailing(a, o) : 0;
   if (a->n == o->n && b->n == o->n) {
-    map2(pa, pb, (float *)o->p, o->n, s, bin_f<OP>());
+    map2(pa, pb, po, o->n, s, bin_f<OP>());
   } else if (mb > 0 && mb % 4 == 0) {
     bin_rows<OP, false><<<rg_cuda_blocks(o->n / 4, THREADS), THREADS, 0, s>>>(
-        pa, pb, (float *)o->p, o->n, mb);
+        pa, pb, po, o->n, mb);
   } else if (ma > 0 && ma % 4 == 0) {
     bin_rows<OP, true><<<rg_cuda_blocks(o->n / 4, THREADS), THREADS, 0, s>>>(
-        pb, pa, (float *)o->p, o->n, ma);
+        pb, pa, po, o->n, ma);
   } else {
     rg_cuda_shape out4 = right4(o, o), a4 = right4(a, o), b4 = right4(b, o);
-    bin_bcast<OP><<<g, THREADS, 0, s>>>((const float *)a->p, (const float *)b->p,
-                                        (float *)o->p, o->n, out4, a4, b4);
+    bin_bcast<OP><<<g, THREADS, 0, s>>>(pa, pb, po, o->n, out4, a4, b4);
   }
+}
+
+template <int OP> static rg_status binary(rg_kargs *k) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
+  if (o->n == 0) return RG_OK;
+  rg_cuda_typed(a->dtype, [&](auto ta) {
+    rg_cuda_typed(b->dtype, [&](auto tb) {
+      rg_cuda_typed(o->dtype, [&](auto to) {
+        binary_launch<OP>(k, rg_cuda_ptr(a, ta), rg_cuda_ptr(b, tb), rg_cuda_ptr(o, to));
+      });
+    });
+  });
   return rg_cuda_check_launch(k, "a binary elementwise kernel");
 }
 
@@ -273,12 +285,18 @@ template <int OP> struct un_f {
   __device__ float operator()(float v, float) const { return un<OP>(v, p0, p1); }
 };
 
+/* In place (the split LINEAR_ACT's ReLU: in[0] is out[0]) is fine: each element is read
+   and written by the same thread. */
 template <int OP> static rg_status unary(rg_kargs *k) {
-  int64_t n = k->out[0].n;
-  if (n == 0) return RG_OK;
-  const float *x = (const float *)k->in[0].p;
-  map2(x, x, (float *)k->out[0].p, n, rg_cuda_ctx(k)->stream,
-       un_f<OP>{k->node->f[0], k->node->f[1]});
+  const rg_tv *x = &k->in[0], *o = &k->out[0];
+  if (o->n == 0) return RG_OK;
+  un_f<OP> f = {k->node->f[0], k->node->f[1]};
+  rg_cuda_typed(x->dtype, [&](auto tx) {
+    rg_cuda_typed(o->dtype, [&](auto to) {
+      const auto *px = rg_cuda_ptr(x, tx);
+      map2(px, px, rg_cuda_ptr(o, to), o->n, rg_cuda_ctx(k)->stream, f);
+    });
+  });
   return rg_cuda_check_launch(k, "a unary elementwise kernel");
 }
 
@@ -322,10 +340,17 @@ template <int OP> struct dg_f {
 };
 
 template <int OP> static rg_status dgrad(rg_kargs *k) {
-  int64_t n = k->out[0].n;
-  if (n == 0) return RG_OK;
-  map2((const float *)k->in[0].p, (const float *)k->in[1].p, (float *)k->out[0].p, n,
-       rg_cuda_ctx(k)->stream, dg_f<OP>{k->node->f[0], k->node->f[1]});
+  const rg_tv *u = &k->in[0], *g = &k->in[1], *o = &k->out[0];
+  if (o->n == 0) return RG_OK;
+  dg_f<OP> f = {k->node->f[0], k->node->f[1]};
+  rg_cuda_typed(u->dtype, [&](auto tu) {
+    rg_cuda_typed(g->dtype, [&](auto tg) {
+      rg_cuda_typed(o->dtype, [&](auto to) {
+        map2(rg_cuda_ptr(u, tu), rg_cuda_ptr(g, tg), rg_cuda_ptr(o, to), o->n,
+             rg_cuda_ctx(k)->stream, f);
+      });
+    });
+  });
   return rg_cuda_check_launch(k, "an elementwise backward kernel");
 }
 

@@ -5,31 +5,43 @@
  * first. Strict FP32 compute (CUBLAS_COMPUTE_32F) by default, so results match the CPU
  * to float rounding; rg_options.tf32 selects CUBLAS_COMPUTE_32F_FAST_TF32. A and B are
  * both F32 or both BF16 (CUDA_R_16BF, tensor cores with F32 accumulation, always
- * CUBLAS_COMPUTE_32F); C, D and the bias are F32 either way. A batch whose operands are
- * each either full or a single matrix is one strided-batched call (stride 0 broadcasts);
- * any other broadcast loops per batch, at addresses cuBLASLt is told the alignment of.
- * matmul_acc adds its product to a gradient in place (beta = 1) with alpha and beta read
- * from device memory: alpha is 0 when a kernel earlier in the drain raised a fault, so
- * a failed step leaves the gradient exactly as it was (every faulting kernel writes
- * zeros, never garbage, so 0 * product stays 0). linear_act applies ReLU or GELU in the
- * epilogue (GELU also stores its input, the aux matrix, for the backward pass).
+ * CUBLAS_COMPUTE_32F). A batch whose operands are each either full or a single matrix is
+ * one strided-batched call (stride 0 broadcasts); any other broadcast loops per batch, at
+ * addresses cuBLASLt is told the alignment of. matmul_acc adds its product to a gradient
+ * in place (beta = 1) with alpha and beta read from device memory: alpha is 0 when a
+ * kernel earlier in the drain raised a fault, so a failed step leaves the gradient exactly
+ * as it was (every faulting kernel writes zeros, never garbage, so 0 * product stays 0).
+ * linear_act applies ReLU or GELU in the epilogue (GELU also stores its input, the aux
+ * matrix, for the backward pass).
+ *
+ * Output types: C and D are F32, or BF16 with BF16 factors (bf16 autocast's activations:
+ * the F32 sums rounded once, in the epilogue; GELU's aux matrix is then BF16 too);
+ * matmul_acc's are F32. The bias is F32 always, and cuBLASLt adds only a bias of D's type
+ * (the table of types cublasLtMatmul supports: bias CUDA_R_16BF for CUDA_R_16BF factors
+ * and C, CUDA_R_32F for a CUDA_R_32F C; other pairs only in its FP8 kernels). Rounding
+ * the bias to bf16 first would round twice, so a BF16 linear with a bias computes its
+ * product plus bias in F32 in scratch, rows at a time, and the elementwise kernels round
+ * that once (linear_round). That moves 8 bytes an element more than a fused epilogue
+ * would (12 with GELU's aux), the price of one rounding.
  */
 #include "cuda.h"
 
 #include <cublasLt.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct gemm_args {
   int ta, tb;                  /* A stored [K,M] / B stored [N,K] (row-major) */
   int64_t M, N, K;
   const void *A, *B;           /* F32 or BF16 (both the same: dtype) */
-  float *C;
+  void *C;                     /* F32 or BF16: ctype */
   int64_t batch, sa, sb, sc;   /* batch count and element strides (0 = broadcast) */
-  const float *bias;           /* [N] added to every row of C, or NULL */
+  const float *bias;           /* [N] added to every row of C (an F32 C only), or NULL */
   int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
+  int ctype;                   /* RG_F32, or RG_BF16 with BF16 factors: C's and aux's */
   const float *ab;             /* NULL: C = AB; else device {alpha, beta}: C = alpha AB + beta C */
   int act;                     /* RG_ACT_*: C = act(AB + bias) in the epilogue */
-  float *aux;                  /* RG_ACT_GELU: AB + bias, the activation's input, goes here */
+  void *aux;                   /* RG_ACT_GELU: AB + bias, the activation's input, goes here */
 } gemm_args;
 
 /* The largest power of two, at most 256, dividing an operand's address and (in a strided
@@ -54,6 +66,19 @@ static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
     }                                                                                  \
   } while (0)
 
+/* The best algorithm, or none (*found = 0). cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED
+   when it has none for the configuration (types, epilogue, alignments): that is none
+   found too, so that linear_act can still run its product and activation apart. */
+static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t op,
+                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
+                                cublasLtMatmulHeuristicResult_t *heur, int *found) {
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, heur, found);
+  if (s != CUBLAS_STATUS_NOT_SUPPORTED) return s;
+  *found = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   rg_status st = RG_OK;
@@ -76,15 +101,22 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
       {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}};
   cublasLtEpilogue_t epi = epis[g->act][g->bias != NULL];
   int64_t aux_ld = g->N;
-  bool bf16 = g->dtype == RG_BF16;
+  bool bf16 = g->dtype == RG_BF16, bf16_out = g->ctype == RG_BF16;
   cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  int32_t bias_type = CUDA_R_32F;
+  cudaDataType_t out_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+  int32_t bias_type = CUDA_R_32F, aux_type = CUDA_R_16BF;
   int64_t esz = (int64_t)rg__dtype_size(g->dtype), strided = batch > 1;
-  uint32_t ac = alignment(g->C, strided * sc * 4);
+  int64_t osz = (int64_t)rg__dtype_size(g->ctype);
+  uint32_t ac = alignment(g->C, strided * sc * osz);
   uint32_t align[4] = {alignment(g->B, strided * sx * esz), alignment(g->A, strided * sy * esz),
                        ac, ac};
   cublasComputeType_t compute = k->ctx->opt.tf32 && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                           : CUBLAS_COMPUTE_32F;
+  if (bf16_out && (!bf16 || g->bias)) { /* types cuBLASLt lacks (linear goes round a bias) */
+    snprintf(k->msg, k->msgcap, "cuBLASLt has no BF16 product %s",
+             bf16 ? "with an F32 bias" : "of F32 factors");
+    return RG_ERR_UNSUPPORTED;
+  }
   LT_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
   LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
@@ -105,10 +137,15 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                                           &g->aux, sizeof g->aux));
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                           sizeof aux_ld));
+    /* D's type is the default; said outright for BF16 (an F32 D's descriptor is left as it
+       always was) */
+    if (bf16_out)
+      LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                            &aux_type, sizeof aux_type));
   }
   LT_TRY(cublasLtMatrixLayoutCreate(&la, in_type, xr, xc, (int64_t)xr));
   LT_TRY(cublasLtMatrixLayoutCreate(&lb, in_type, yr, yc, (int64_t)yr));
-  LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->N, (uint64_t)g->M, g->N));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lc, out_type, (uint64_t)g->N, (uint64_t)g->M, g->N));
   if (batch > 1) {
     LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
     LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
@@ -125,8 +162,7 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                                               &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
   for (int i = 0; i < 4; i++)
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-  LT_TRY(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, lc, pref, 1,
-                                        &heur, &found));
+  LT_TRY(heuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, pref, &heur, &found));
   if (!found) {
     snprintf(k->msg, k->msgcap, "cuBLASLt has no algorithm for a %lldx%lldx%lld product",
              (long long)g->M, (long long)g->N, (long long)g->K);
@@ -183,10 +219,10 @@ static rg_status k_contiguous(rg_kargs *k, gemm_args *g) {
   return rg_cuda_check_launch(k, "transpose");
 }
 
-__global__ void zero_kernel(float *p, int64_t n) {
+template <class T> __global__ void zero_kernel(T *p, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    p[i] = 0.f;
+    rg_st(p, i, 0.f);
 }
 
 /* Element offset of batch b of an operand with batch dims bd (right-aligned against the
@@ -209,12 +245,15 @@ static int64_t batch_offset(int64_t b, const int64_t *od, const int64_t *bd, int
 rg_status rg_cuda_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[o->ndim - 2],
-                 o->dims[o->ndim - 1], 0, a->p, b->p, (float *)o->p, 1, 0, 0, 0, NULL,
-                 a->dtype, NULL, RG_ACT_NONE, NULL};
+                 o->dims[o->ndim - 1], 0, a->p, b->p, o->p, 1, 0, 0, 0, NULL,
+                 a->dtype, o->dtype, NULL, RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
   if (o->n == 0) return RG_OK;
   if (g.K == 0) {
-    zero_kernel<<<rg_cuda_blocks(o->n, 256), 256, 0, rg_cuda_ctx(k)->stream>>>((float *)o->p, o->n);
+    cudaStream_t s = rg_cuda_ctx(k)->stream;
+    rg_cuda_typed(o->dtype, [&](auto to) {
+      zero_kernel<<<rg_cuda_blocks(o->n, 256), 256, 0, s>>>(rg_cuda_ptr(o, to), o->n);
+    });
     return rg_cuda_check_launch(k, "zero");
   }
   int nb = o->ndim - 2;
@@ -231,12 +270,12 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
     rg_status st = k_contiguous(k, &g);
     return st == RG_OK ? gemm(k, &g) : st;
   }
-  size_t esz = rg__dtype_size(g.dtype);
+  size_t esz = rg__dtype_size(g.dtype), osz = rg__dtype_size(g.ctype);
   for (int64_t i = 0; i < batch; i++) { /* mixed broadcast, e.g. [2,1,..] x [1,3,..] */
     gemm_args gi = g;
     gi.A = (const char *)g.A + batch_offset(i, o->dims, a->dims, a->ndim - 2, nb, ma) * esz;
     gi.B = (const char *)g.B + batch_offset(i, o->dims, b->dims, b->ndim - 2, nb, mb) * esz;
-    gi.C = g.C + i * mc;
+    gi.C = (char *)g.C + i * mc * osz;
     rg_status st = gemm(k, &gi);
     if (st != RG_OK) return st;
   }
@@ -253,7 +292,7 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], d->dims[0], d->dims[1], 0, a->p, b->p,
-                 (float *)d->p, 1, 0, 0, 0, NULL, a->dtype, (const float *)L->scratch,
+                 d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, (const float *)L->scratch,
                  RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[0] : a->dims[1];
   if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
@@ -265,30 +304,84 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   return st == RG_OK ? gemm(k, &g) : st;
 }
 
-/* y = x w^T + b as one GEMM of x [rows, in] by w [out, in] transposed; act, aux as
-   gemm_args'. */
-static rg_status linear(rg_kargs *k, float *y, int act, float *aux) {
-  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2];
-  int64_t in = w->dims[1], out = w->dims[0], n = k->out[0].n;
+/* A [rows, cols] matrix at p, for the elementwise launchers. */
+static rg_tv matrix_tv(void *p, int dtype, int64_t rows, int64_t cols) {
+  rg_tv t;
+  memset(&t, 0, sizeof t);
+  t.p = p;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.dims[0] = rows;
+  t.dims[1] = cols;
+  t.n = rows * cols;
+  return t;
+}
+
+/* y (BF16) = act(x w^T + b) and, for GELU, aux (BF16) = x w^T + b, with the F32 bias
+   (see the top of the file): for each block of rows, one GEMM writes the F32 product plus
+   bias into scratch and the elementwise kernels round it once into y and aux. Blocks are
+   a multiple of 8 rows, so each starts 16-byte aligned in y and aux as the whole does. */
+static rg_status linear_round(rg_kargs *k, const gemm_args *g, rg_bf16 *y, rg_bf16 *aux) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  int64_t N = g->N, cap = (int64_t)(L->scratch_bytes / ((size_t)N * sizeof(float))) / 8 * 8;
+  if (cap == 0) {
+    snprintf(k->msg, k->msgcap, "a BF16 output with a bias needs %zu bytes of CUDA scratch "
+             "for its F32 rows, the backend has %zu", (size_t)N * sizeof(float) * 8,
+             L->scratch_bytes);
+    return RG_ERR_UNSUPPORTED;
+  }
+  int64_t nblock = (g->M + cap - 1) / cap, rows = ((g->M + nblock - 1) / nblock + 7) / 8 * 8;
+  size_t esz = rg__dtype_size(g->dtype);
+  rg_kargs e = *k; /* the elementwise kernels' arguments: in[0] the F32 rows, out[0] y */
+  for (int64_t r0 = 0; r0 < g->M; r0 += rows) {
+    int64_t m = g->M - r0 < rows ? g->M - r0 : rows;
+    gemm_args gr = *g;
+    gr.M = m;
+    gr.A = (const char *)g->A + r0 * g->K * esz;
+    gr.C = L->scratch;
+    gr.ctype = RG_F32;
+    gr.act = RG_ACT_NONE;
+    gr.aux = NULL;
+    rg_status st = gemm(k, &gr);
+    if (st != RG_OK) return st;
+    e.in[0] = matrix_tv(L->scratch, RG_F32, m, N);
+    e.out[0] = matrix_tv(y + r0 * N, RG_BF16, m, N);
+    st = g->act == RG_ACT_GELU   ? rg_cuda_gelu(&e)
+         : g->act == RG_ACT_RELU ? rg_cuda_relu(&e)
+                                 : rg_cuda_cast(&e);
+    if (st == RG_OK && aux) {
+      e.out[0] = matrix_tv(aux + r0 * N, RG_BF16, m, N);
+      st = rg_cuda_cast(&e);
+    }
+    if (st != RG_OK) return st;
+  }
+  return RG_OK;
+}
+
+/* y = x w^T + b as one GEMM of x [rows, in] by w [out, in] transposed, y of out[0]'s type;
+   act, aux as gemm_args'. */
+static rg_status linear(rg_kargs *k, int act, void *aux) {
+  const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *y = &k->out[0];
+  int64_t in = w->dims[1], out = w->dims[0], n = y->n;
   int64_t rows = in ? x->n / in : out ? n / out : 0;
-  gemm_args g = {0, 1, rows, out, in, x->p, w->p, y, 1, 0, 0, 0, (const float *)bias->p,
-                 x->dtype, NULL, act, aux};
+  gemm_args g = {0, 1, rows, out, in, x->p, w->p, y->p, 1, 0, 0, 0, (const float *)bias->p,
+                 x->dtype, y->dtype, NULL, act, aux};
   if (n == 0) return RG_OK;
   if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
+  if (g.bias && g.ctype == RG_BF16) return linear_round(k, &g, (rg_bf16 *)y->p, (rg_bf16 *)aux);
   return gemm(k, &g);
 }
 
-rg_status rg_cuda_linear(rg_kargs *k) {
-  return linear(k, (float *)k->out[0].p, RG_ACT_NONE, NULL);
-}
+rg_status rg_cuda_linear(rg_kargs *k) { return linear(k, RG_ACT_NONE, NULL); }
 
 /* The activation rides in cuBLASLt's epilogue; GELU's input is stored as its aux matrix,
    whose leading dimension must be a multiple of 8. Otherwise, or when cuBLASLt offers no
-   algorithm with that epilogue, the product and the activation run as two kernels. */
+   algorithm with that epilogue, the product and the activation run as two kernels (with
+   BF16 outputs the activation then reads the rounded product). */
 rg_status rg_cuda_linear_act(rg_kargs *k) {
   int act = (int)k->node->i[0];
   if (act == RG_ACT_RELU || k->in[1].dims[0] % 8 == 0) {
-    rg_status st = linear(k, (float *)k->out[0].p, act, (float *)k->out[1].p);
+    rg_status st = linear(k, act, k->out[1].p);
     if (st != RG_ERR_UNSUPPORTED || k->in[1].dims[1] == 0) return st;
   }
   rg_kargs lin, a;

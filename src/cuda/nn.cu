@@ -20,6 +20,10 @@
  *    bounds and the position named is the one the CPU names.
  *  - Where the CPU computes a float product then a float sum, the kernels use __fmul_rn /
  *    __fadd_rn so nvcc does not fuse them into an FMA with different rounding.
+ *  - Element types: tensors are F32 except the layernorm and rmsnorm outputs, the
+ *    cross-entropy logits and its dlogits, each F32 or BF16. Those kernels are
+ *    instantiated per type (cuda.h: rg_cuda_typed), compute in float as for F32 and round
+ *    a BF16 result once; the F32 instantiations compute what they did before.
  */
 #include "cuda.h"
 
@@ -197,20 +201,20 @@ __device__ __forceinline__ double2 row_stats(const float *xr, int64_t C, double 
   return make_double2(mu, 1.0 / sqrt(v / (double)C + eps));
 }
 
-template <bool WARP, bool CENTRE>
+template <bool WARP, bool CENTRE, class TO>
 __global__ void norm_fwd_k(const float *__restrict__ x, const float *__restrict__ gamma,
-                           const float *__restrict__ beta, float *__restrict__ y, int64_t R,
+                           const float *__restrict__ beta, TO *__restrict__ y, int64_t R,
                            int64_t C, double eps) {
   __shared__ double shd[32];
   ROW_LOOP(WARP, R, r, G, t) {
     const float *xr = x + r * C;
-    float *yr = y + r * C;
+    TO *yr = y + r * C;
     double2 st = row_stats<WARP, CENTRE>(xr, C, eps, G, t, shd);
     for (int64_t c = t; c < C; c += G) {
       float v = (float)((xr[c] - st.x) * st.y);
       if (gamma) v = __fmul_rn(v, gamma[c]);
       if (beta) v = __fadd_rn(v, beta[c]);
-      yr[c] = v;
+      rg_st(yr, c, v);
     }
   }
 }
@@ -320,7 +324,7 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
 
 typedef struct norm_args {
   const float *x, *gamma, *beta, *g;
-  float *out;            /* y, or dx (may be NULL) */
+  void *out;             /* y (F32 or BF16), or dx (F32; may be NULL) */
   int64_t R, C, rchunk;  /* rchunk: the backward's rows per block */
   double eps;
   double *part;          /* the backward's [gridDim.x][2C] partials */
@@ -341,15 +345,15 @@ __device__ __forceinline__ float at(const float4 &v, int e) {
   return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
 
-/* The lane's float4 groups of a row: row[c] = f(j, c, e) for column c = 4 q + e of group
-   q = j*32 + lane, for the groups inside the row. */
-template <int NV, typename F>
-__device__ __forceinline__ void store_row(float *row, int64_t C4, int lane, F f) {
+/* The lane's groups of four of a row: row[c] = f(j, c, e) for column c = 4 q + e of group
+   q = j*32 + lane, for the groups inside the row (a float4, or 8 bytes of bf16). */
+template <int NV, typename T, typename F>
+__device__ __forceinline__ void store_row(T *row, int64_t C4, int lane, F f) {
 #pragma unroll
   for (int j = 0; j < NV; j++) {
     int64_t q = (int64_t)j * 32 + lane, c = 4 * q;
     if (q < C4)
-      ((float4 *)row)[q] = make_float4(f(j, c, 0), f(j, c + 1, 1), f(j, c + 2, 2), f(j, c + 3, 3));
+      rg_st4(row, q, make_float4(f(j, c, 0), f(j, c + 1, 1), f(j, c + 2, 2), f(j, c + 3, 3)));
   }
 }
 
@@ -381,7 +385,7 @@ __device__ __forceinline__ double2 warp_stats(const float4 (&xv)[NV], int64_t C,
   return make_double2(mu, 1.0 / sqrt(v / (double)C + eps));
 }
 
-template <int NV, bool CENTRE>
+template <int NV, bool CENTRE, class TO>
 __global__ void norm_fwd_warp_k(norm_args a) {
   int lane = threadIdx.x & 31;
   int64_t C4 = a.C / 4;
@@ -390,7 +394,7 @@ __global__ void norm_fwd_warp_k(norm_args a) {
     float4 xv[NV];
     load_row<NV>(a.x + r * a.C, C4, lane, xv);
     double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
-    store_row<NV>(a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
+    store_row<NV>((TO *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
       float v = (float)((at(xv[j], e) - st.x) * st.y);
       if (a.gamma) v = __fmul_rn(v, a.gamma[c]);
       return a.beta ? __fadd_rn(v, a.beta[c]) : v;
@@ -435,7 +439,7 @@ __global__ void norm_bwd_warp_k(norm_args a) {
     s2 = warp_sum(s2);
     if (!a.out) continue;
     double m1 = CENTRE ? s1 / (double)a.C : 0.0, m2 = s2 / (double)a.C;
-    store_row<NV>(a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
+    store_row<NV>((float *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
       float ge = at(gv[j], e);
       double xh = (at(xv[j], e) - st.x) * st.y;
       double dxh = a.gamma ? (double)ge * a.gamma[c] : (double)ge;
@@ -460,23 +464,37 @@ __global__ void norm_bwd_warp_k(norm_args a) {
     a.part[(int64_t)blockIdx.x * 2 * a.C + c] = shp[c];
 }
 
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 /* Rows of C floats at p, q (NULL: none) can be read and written as float4: every row
    starts 16-byte aligned. Tensors start 256-aligned, so this is C % 4 == 0 in practice. */
 bool rows4(int64_t C, const void *p, const void *q) {
-  return C % 4 == 0 && ((uintptr_t)p & 15) == 0 && ((uintptr_t)q & 15) == 0;
+  return C % 4 == 0 && aligned16(p) && aligned16(q);
 }
 
-/* NV float4 per lane for rows of C (x, g and the output): 2 (the kernels are launched for
-   that one), or 0 where the warp kernels do not apply. */
-int norm_nv(int64_t C, const float *x, const float *g, const float *out) {
+/* NV float4 per lane for rows of C (x, g and the output; a bf16 output's groups of four
+   are 8-byte aligned then): 2 (the kernels are launched for that one), or 0 where the warp
+   kernels do not apply. */
+int norm_nv(int64_t C, const float *x, const float *g, const void *out) {
   if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
   return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
 }
 
-template <bool CENTRE>
-void launch_norm_fwd_warp(cudaStream_t s, const norm_args &a) {
-  unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
-  norm_fwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+/* The forward for an output of type TO: the warp kernels when nv, else the row kernels. */
+template <bool CENTRE, class TO>
+void launch_norm_fwd(cudaStream_t s, const norm_args &a, int nv) {
+  if (nv) {
+    unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
+    norm_fwd_warp_k<2, CENTRE, TO><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+    return;
+  }
+  rowcfg c = row_config(a.R, a.C);
+  if (c.warp)
+    norm_fwd_k<true, CENTRE><<<c.grid, c.threads, 0, s>>>(a.x, a.gamma, a.beta, (TO *)a.out,
+                                                          a.R, a.C, a.eps);
+  else
+    norm_fwd_k<false, CENTRE><<<c.grid, c.threads, 0, s>>>(a.x, a.gamma, a.beta, (TO *)a.out,
+                                                           a.R, a.C, a.eps);
 }
 
 template <bool CENTRE>
@@ -685,10 +703,19 @@ __global__ void emb_scatter_k(const float *__restrict__ g, const int32_t *__rest
    the backward reads the logits once and writes dlogits = (exp(x - max - lse) - onehot)
    g / count, with the count the forward saved too (no counting kernel). Rows whose width
    is a multiple of 4 are read and written as float4. Expected: ~0.45 ms forward (one
-   read) and ~0.85 ms backward (a read and a write), from 1.40 and 2.55. */
+   read) and ~0.85 ms backward (a read and a write), from 1.40 and 2.55.
+   The logits may be BF16 (autocast's lm_head), and dlogits too: the same arithmetic in
+   float, a BF16 dlogit rounded once. BF16 logits move 8 at a time (16 bytes), and so does
+   the backward for every type pair: a row of C = 50257 (GPT-2's vocabulary, odd) starts
+   at any element, so each row is a scalar head up to its first element whose index is a
+   multiple of 8 (16-byte aligned in bf16 and in float when the tensors start 16-byte
+   aligned, which the launch checks), 8-element groups, and a scalar tail: at most 14
+   elements of a row go one by one. The F32 forward keeps its two paths (float4 rows,
+   scalar) and their order of additions, so its results are those of before; the
+   backward's are too (each dlogit is computed alone). */
 
 typedef struct ce_args {
-  const float *x;
+  const void *x; /* F32 or BF16, the kernels' TX */
   const int32_t *tg;
   int64_t N, C;
   int has_ignore;
@@ -721,20 +748,39 @@ __device__ __forceinline__ void ms_merge(float &m, double &s, float mo, double s
   m = M;
 }
 
+/* Elements of a row that starts at element e0 before its first element whose index is a
+   multiple of 8 (at most C). */
+__device__ __forceinline__ int64_t head8(int64_t e0, int64_t C) {
+  return min64((8 - (e0 & 7)) & 7, C);
+}
+
 /* The row's (max, exp sum) over its group (a warp or the block); every thread gets it.
-   In block mode the warps' pairs are merged in warp order, after a leading barrier that
-   makes back-to-back rows safe. */
-template <bool WARP, bool V4>
-__device__ __forceinline__ void row_ms(const float *xr, int64_t C, int G, int t, float &m,
-                                       double &s, float *shm, double *shs) {
+   The row starts at element e0; V: vectorised, for float the whole row as float4 (C % 4
+   == 0), for bf16 head, 8-element groups and tail (see above). In block mode the warps'
+   pairs are merged in warp order, after a leading barrier that makes back-to-back rows
+   safe. */
+template <bool WARP, bool V, class TX>
+__device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int G, int t,
+                                       float &m, double &s, float *shm, double *shs) {
   m = -INFINITY, s = 0;
-  if (V4) {
+  if constexpr (V && sizeof(TX) == 4) {
     const float4 *x4 = (const float4 *)xr;
 #pragma unroll 4
     for (int64_t i = t; i < C / 4; i += G) ms_add4(m, s, x4[i]);
+  } else if constexpr (V) {
+    int64_t h = head8(e0, C), n8 = (C - h) / 8;
+    for (int64_t c = t; c < h; c += G) ms_add(m, s, rg_ld(xr, c));
+#pragma unroll 2
+    for (int64_t i = t; i < n8; i += G) {
+      float v[8];
+      rg_ld8(xr + h, i, v);
+#pragma unroll
+      for (int e = 0; e < 8; e++) ms_add(m, s, v[e]);
+    }
+    for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
   } else {
 #pragma unroll 4
-    for (int64_t c = t; c < C; c += G) ms_add(m, s, xr[c]);
+    for (int64_t c = t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
@@ -751,7 +797,7 @@ __device__ __forceinline__ void row_ms(const float *xr, int64_t C, int G, int t,
 /* Per block: the sum (double, rows in a fixed order) of max + log(sum) - x[t] over its
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
    bad targets go to the check word. */
-template <bool WARP, bool V4>
+template <bool WARP, bool V, class TX>
 __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
                          double *__restrict__ part, double *__restrict__ cnt) {
   __shared__ double shs[32], wl[32], wc[32];
@@ -765,14 +811,14 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
       if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
       continue;
     }
-    const float *xr = a.x + r * a.C;
+    const TX *xr = (const TX *)a.x + r * a.C;
     float m;
     double s;
-    row_ms<WARP, V4>(xr, a.C, G, t, m, s, shm, shs);
+    row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
     if (t == 0) {
       double ls = log(s);
       stats[r] = make_float2(m, (float)ls);
-      mine += (double)m + ls - (double)xr[tv];
+      mine += (double)m + ls - (double)rg_ld(xr, tv);
       count += 1;
     }
   }
@@ -814,40 +860,40 @@ __device__ __forceinline__ float ce_grad(float x, float2 st, float coef, bool ta
 
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
    are rows with a bad target (the forward reported it; one that changed since is
-   reported here), so what follows in a failing drain reads finite values. */
-template <bool WARP, bool V4>
+   reported here), so what follows in a failing drain reads finite values. V: head,
+   8-element groups and tail (see above), else one element at a time. */
+template <bool WARP, bool V, class TX, class TD>
 __global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl,
-                         const float2 *__restrict__ stats, float *__restrict__ dx,
+                         const float2 *__restrict__ stats, TD *__restrict__ dx,
                          rg_cuda_err *err, int node) {
   float count = stats[a.N].x;
   float coef = count != 0.f ? gl[0] / count : 0.f;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
-    float *d = dx + r * a.C;
-    float4 *d4 = (float4 *)d;
-    if (ignored || bad) {
-      if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
-      if (V4)
-        for (int64_t i = t; i < a.C / 4; i += G) d4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-      else
-        for (int64_t c = t; c < a.C; c += G) d[c] = 0.f;
-      continue;
-    }
-    float2 st = stats[r];
-    const float *xr = a.x + r * a.C;
-    if (V4) {
-      const float4 *x4 = (const float4 *)xr;
-#pragma unroll 4
-      for (int64_t i = t; i < a.C / 4; i += G) {
-        float4 v = x4[i], o;
-        int64_t c = 4 * i;
-        o.x = ce_grad(v.x, st, coef, c == tv), o.y = ce_grad(v.y, st, coef, c + 1 == tv);
-        o.z = ce_grad(v.z, st, coef, c + 2 == tv), o.w = ce_grad(v.w, st, coef, c + 3 == tv);
-        d4[i] = o;
+    if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
+    bool live = !ignored && !bad; /* else a row of zeros, its logits not read */
+    float2 st = live ? stats[r] : make_float2(0.f, 0.f);
+    const TX *xr = (const TX *)a.x + r * a.C;
+    TD *d = dx + r * a.C;
+    auto one = [&](int64_t c) {
+      rg_st(d, c, live ? ce_grad(rg_ld(xr, c), st, coef, c == tv) : 0.f);
+    };
+    if (V) {
+      int64_t h = head8(r * a.C, a.C), n8 = (a.C - h) / 8;
+      for (int64_t c = t; c < h; c += G) one(c);
+#pragma unroll 2
+      for (int64_t i = t; i < n8; i += G) {
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        int64_t c = h + 8 * i;
+        if (live) rg_ld8(xr + h, i, v);
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = live ? ce_grad(v[e], st, coef, c + e == tv) : 0.f;
+        rg_st8(d + h, i, v);
       }
+      for (int64_t c = h + 8 * n8 + t; c < a.C; c += G) one(c);
     } else {
-      for (int64_t c = t; c < a.C; c += G) d[c] = ce_grad(xr[c], st, coef, c == tv);
+      for (int64_t c = t; c < a.C; c += G) one(c);
     }
   }
 }
@@ -910,33 +956,26 @@ static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
 rg_status rg_cuda_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, false); }
 rg_status rg_cuda_log_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, true); }
 
+/* y F32 or BF16 (x, gamma, beta F32): the statistics and the affine map are computed as
+   for F32, and a BF16 y is the F32 result rounded once. */
 static rg_status norm_fwd(rg_kargs *k, bool centre) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const float *x = (const float *)k->in[0].p, *gamma = (const float *)k->in[1].p;
   const float *beta = centre ? (const float *)k->in[2].p : NULL;
-  float *y = (float *)k->out[0].p;
+  void *y = k->out[0].p;
   double eps = k->node->f[0];
   int64_t C = last_dim(&k->in[0]);
   if (k->in[0].n == 0 || C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   int nv = norm_nv(C, x, NULL, y);
-  if (nv) {
-    norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL};
+  norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL};
+  rg_cuda_typed(k->out[0].dtype, [&](auto to) {
+    typedef typename decltype(to)::type TO;
     if (centre)
-      launch_norm_fwd_warp<true>(L->stream, a);
+      launch_norm_fwd<true, TO>(L->stream, a, nv);
     else
-      launch_norm_fwd_warp<false>(L->stream, a);
-    return rg_cuda_check_launch(k, centre ? "layernorm" : "rmsnorm");
-  }
-  rowcfg c = row_config(R, C);
-  if (c.warp && centre)
-    norm_fwd_k<true, true><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, beta, y, R, C, eps);
-  else if (c.warp)
-    norm_fwd_k<true, false><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, beta, y, R, C, eps);
-  else if (centre)
-    norm_fwd_k<false, true><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, beta, y, R, C, eps);
-  else
-    norm_fwd_k<false, false><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, beta, y, R, C, eps);
+      launch_norm_fwd<false, TO>(L->stream, a, nv);
+  });
   return rg_cuda_check_launch(k, centre ? "layernorm" : "rmsnorm");
 }
 
@@ -1060,7 +1099,7 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
 
 static ce_args ce_shape(const rg_kargs *k) {
   ce_args a;
-  a.x = (const float *)k->in[0].p;
+  a.x = k->in[0].p;
   a.tg = (const int32_t *)k->in[1].p;
   a.C = last_dim(&k->in[0]);
   a.N = k->in[1].n; /* one target per row, also when C == 0 (then every target is bad) */
@@ -1081,16 +1120,21 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   check_hdr *h = (check_hdr *)L->scratch;
   double *part = (double *)((char *)L->scratch + HDR_BYTES), *cnt = part + nb;
   float2 *stats = (float2 *)k->out[1].p;
-  bool v4 = rows4(a.C, a.x, NULL);
+  /* float: float4 rows where C % 4 == 0; bf16: 8-element groups of any row */
+  bool v = k->in[0].dtype == RG_BF16 ? aligned16(a.x) : rows4(a.C, a.x, NULL);
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
-  if (c.warp && v4)
-    ce_fwd_k<true, true><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
-  else if (c.warp)
-    ce_fwd_k<true, false><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
-  else if (v4)
-    ce_fwd_k<false, true><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
-  else
-    ce_fwd_k<false, false><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+  rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
+    typedef typename decltype(tx)::type TX;
+    if (c.warp && v)
+      ce_fwd_k<true, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+    else if (c.warp)
+      ce_fwd_k<true, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+    else if (v)
+      ce_fwd_k<false, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+    else
+      ce_fwd_k<false, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part,
+                                                                            cnt);
+  });
   ce_final_k<<<1, THREADS, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
                                           (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
@@ -1103,16 +1147,23 @@ rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
   rowcfg c = row_config(a.N, a.C);
   const float *gl = (const float *)k->in[2].p;
   const float2 *stats = (const float2 *)k->in[3].p;
-  float *dx = (float *)k->out[0].p;
-  bool v4 = rows4(a.C, a.x, dx);
-  if (c.warp && v4)
-    ce_bwd_k<true, true><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
-  else if (c.warp)
-    ce_bwd_k<true, false><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
-  else if (v4)
-    ce_bwd_k<false, true><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
-  else
-    ce_bwd_k<false, false><<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, dx, L->err, L->node);
+  bool v = aligned16(a.x) && aligned16(k->out[0].p);
+  rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
+    rg_cuda_typed(k->out[0].dtype, [&](auto td) {
+      typedef typename decltype(tx)::type TX;
+      auto *dx = rg_cuda_ptr(&k->out[0], td);
+      cudaStream_t s = L->stream;
+      if (c.warp && v)
+        ce_bwd_k<true, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
+      else if (c.warp)
+        ce_bwd_k<true, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
+      else if (v)
+        ce_bwd_k<false, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
+      else
+        ce_bwd_k<false, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err,
+                                                                L->node);
+    });
+  });
   return rg_cuda_check_launch(k, "cross_entropy_bwd");
 }
 

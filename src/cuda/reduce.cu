@@ -15,6 +15,9 @@
  *    (threads over outputs) or reduced (threads over one output's reduced run). x as a
  *    contiguous [R, C] summed over R (a bias gradient) has its own two passes (col_sum),
  *    whose second, rg_cuda_col_final, other files' column sums share.
+ *  - The sums (sum, mean, sum_to, sum_to_acc) read x as F32 or BF16 (a gradient under
+ *    bf16 autocast), widened exactly; their outputs are F32. The kernels are instantiated
+ *    per x type; the F32 ones are the kernels as they were.
  *  - Max and argmax take the first maximum; a NaN counts as larger than any number (the
  *    first NaN wins), as on the CPU. Candidates are compared by (value, index), so the
  *    combine order across threads does not change the winner.
@@ -148,12 +151,13 @@ sum_plan plan_sum(const rg_tv *x, const bool *keep) {
 }
 
 /* One output: block b sums x[b*cs, (b+1)*cs) into part[b]. */
-__global__ void flat_part_k(const float *__restrict__ x, int64_t n, int64_t cs,
+template <class TX>
+__global__ void flat_part_k(const TX *__restrict__ x, int64_t n, int64_t cs,
                             double *__restrict__ part) {
   __shared__ double sh[32];
   int64_t lo = (int64_t)blockIdx.x * cs, hi = min(n, lo + cs);
   double acc = 0;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += x[i];
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += rg_ld(x, i);
   acc = block_sum(acc, sh);
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
@@ -171,7 +175,8 @@ __global__ void flat_final_k(const double *__restrict__ part, int nb, double div
 /* Innermost x axis kept: threadIdx.x walks consecutive outputs (coalesced), threadIdx.y
    and blockIdx.y (segments of rseg reduced positions) split the reduced positions. With
    part == NULL the block writes out = sum / div, else part[segment * nout + e]. */
-__global__ void cols_k(const float *__restrict__ x, axset kept, axset red, int64_t nout,
+template <class TX>
+__global__ void cols_k(const TX *__restrict__ x, axset kept, axset red, int64_t nout,
                        int64_t rcount, int64_t rseg, double div, float *__restrict__ out,
                        double *__restrict__ part, const rg_cuda_err *acc) {
   __shared__ double sh[COL_Y][33];
@@ -180,8 +185,8 @@ __global__ void cols_k(const float *__restrict__ x, axset kept, axset red, int64
   int64_t r0 = (int64_t)blockIdx.y * rseg, r1 = min(rcount, r0 + rseg);
   double sum = 0;
   if (e < nout) {
-    const float *base = x + axset_offset(kept, e);
-    for (int64_t r = r0 + ty; r < r1; r += COL_Y) sum += base[axset_offset(red, r)];
+    const TX *base = x + axset_offset(kept, e);
+    for (int64_t r = r0 + ty; r < r1; r += COL_Y) sum += rg_ld(base, axset_offset(red, r));
   }
   sh[ty][tx] = sum;
   __syncthreads();
@@ -195,16 +200,17 @@ __global__ void cols_k(const float *__restrict__ x, axset kept, axset red, int64
 
 /* Innermost x axis reduced: one warp per output, lanes over consecutive reduced positions
    (coalesced); blockIdx.y picks the segment as in cols_k. */
-__global__ void rows_k(const float *__restrict__ x, axset kept, axset red, int64_t nout,
+template <class TX>
+__global__ void rows_k(const TX *__restrict__ x, axset kept, axset red, int64_t nout,
                        int64_t rcount, int64_t rseg, double div, float *__restrict__ out,
                        double *__restrict__ part, const rg_cuda_err *acc) {
   int lane = threadIdx.x & 31;
   int64_t e = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
   if (e >= nout) return; /* whole warps leave together: no block barrier follows */
   int64_t r0 = (int64_t)blockIdx.y * rseg, r1 = min(rcount, r0 + rseg);
-  const float *base = x + axset_offset(kept, e);
+  const TX *base = x + axset_offset(kept, e);
   double sum = 0;
-  for (int64_t r = r0 + lane; r < r1; r += 32) sum += base[axset_offset(red, r)];
+  for (int64_t r = r0 + lane; r < r1; r += 32) sum += rg_ld(base, axset_offset(red, r));
   sum = warp_sum(sum);
   if (lane == 0) {
     seg_out(part, blockIdx.y, nout, e, sum, div, out, acc);
@@ -226,30 +232,33 @@ __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64
    The commonest sum of a training step: a bias gradient (sum_to of [rows, C] to [C]) and a
    sum over axis 0. cols_k took 52.6 us on [8192, 768] and 23 us on [4096, 256] (an H200):
    an axset offset per element costs int64 divisions, and 32 columns a block leave most
-   of the GPU idle when C is small. Here a warp reads 128 consecutive columns as float4
-   (512 coalesced bytes a row; 32 floats where C % 4 != 0), and the rows are cut into
-   chunks so that the grid has about CP_BLOCKS blocks whatever C is. Each block adds its
-   chunk (a fixed split over its CP_Y row threads, added in order) to a row of double
-   partials [nchunk][C]; col_final_k adds the chunks in a fixed order. The chunking
-   depends only on R and C, so results repeat bit for bit. Expected on [4096, 256]: 4 MB
-   read by 256 blocks, 256 KB of partials, two short kernels (~2-4 us instead of 23). */
+   of the GPU idle when C is small. Here a warp reads 128 consecutive columns as groups of
+   four (512 coalesced bytes a row, 256 of bf16; 32 elements where C % 4 != 0), and the
+   rows are cut into chunks so that the grid has about CP_BLOCKS blocks whatever C is.
+   Each block adds its chunk (a fixed split over its CP_Y row threads, added in order) to
+   a row of double partials [nchunk][C]; col_final_k adds the chunks in a fixed order. The
+   chunking depends only on R and C, so results repeat bit for bit. Expected on
+   [4096, 256]: 4 MB read by 256 blocks, 256 KB of partials, two short kernels (~2-4 us
+   instead of 23). */
 
 #define CP_Y 8         /* row threads per block of col_part_k */
 #define CP_BLOCKS 512  /* about 4 blocks per SM on a 132-SM GPU (a constant: see above) */
 #define CP_MIN_ROWS 32 /* rows per chunk at least: 4 per row thread */
 #define CF_Y 32        /* chunk threads per column in col_final_k */
 
-__device__ __forceinline__ void add_cols(const float *p, double (&s)[1]) { s[0] += *p; }
-__device__ __forceinline__ void add_cols(const float *p, double (&s)[4]) {
-  float4 v = *(const float4 *)p; /* C % 4 == 0 and x 16-byte aligned: every row is */
+template <class TX> __device__ __forceinline__ void add_cols(const TX *p, double (&s)[1]) {
+  s[0] += rg_ld(p, 0);
+}
+template <class TX> __device__ __forceinline__ void add_cols(const TX *p, double (&s)[4]) {
+  float4 v = rg_ld4(p, 0); /* C % 4 == 0 and x 16-byte aligned: every row is */
   s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
 }
 
 /* Block (x, y): columns [x * 32V, (x+1) * 32V), rows [y * rchunk, (y+1) * rchunk). Lane tx
    owns V consecutive columns; row thread ty takes rows ty, ty + CP_Y, ... of the chunk.
    With part == NULL (one chunk) the block writes the results itself. */
-template <int V>
-__global__ void col_part_k(const float *__restrict__ x, int64_t R, int64_t C, int64_t rchunk,
+template <int V, class TX>
+__global__ void col_part_k(const TX *__restrict__ x, int64_t R, int64_t C, int64_t rchunk,
                            double *__restrict__ part, double div, float *__restrict__ out,
                            const rg_cuda_err *acc) {
   __shared__ double sh[CP_Y][32 * V + 1];
@@ -300,7 +309,8 @@ __global__ void col_final_k(const double *__restrict__ part, int64_t nchunk, int
     rg_cuda_put(out2, c - C, sum, div, acc2);
 }
 
-rg_status col_sum(rg_kargs *k, const float *x, int64_t R, int64_t C, double div, float *out,
+template <class TX>
+rg_status col_sum(rg_kargs *k, const TX *x, int64_t R, int64_t C, double div, float *out,
                   const rg_cuda_err *acc) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   bool v4 = C % 4 == 0 && ((uintptr_t)x & 15) == 0;
@@ -325,7 +335,8 @@ rg_status col_sum(rg_kargs *k, const float *x, int64_t R, int64_t C, double div,
 
 /* Enqueues the sum described by p: out[e] = (sum of its reduced positions) / div, or with
    acc (the error word: sum_to_acc) out[e] += that sum (div 1) unless a fault came first. */
-rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, float *out,
+template <class TX>
+rg_status run_sum(rg_kargs *k, const TX *x, const sum_plan &p, double div, float *out,
                   const rg_cuda_err *acc) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   if (p.nout == 0) return RG_OK;
@@ -375,6 +386,14 @@ rg_status run_sum(rg_kargs *k, const float *x, const sum_plan &p, double div, fl
     seg_final_k<<<rg_cuda_blocks(p.nout, THREADS), THREADS, 0, L->stream>>>(pp, nseg, p.nout,
                                                                             div, out, acc);
   return RG_OK;
+}
+
+/* run_sum for x of either type. */
+rg_status run_sum_of(rg_kargs *k, const rg_tv *x, const sum_plan &p, double div, float *out,
+                     const rg_cuda_err *acc) {
+  rg_status st = RG_OK;
+  rg_cuda_typed(x->dtype, [&](auto tx) { st = run_sum(k, rg_cuda_ptr(x, tx), p, div, out, acc); });
+  return st;
 }
 
 /* ---- max, argmax and max's backward ---------------------------------------------------- */
@@ -576,7 +595,7 @@ static rg_status sum_mean(rg_kargs *k, bool mean, const char *what) {
   sum_plan p = plan_sum(x, keep);
   span3 s = split_axis(x, axis);
   double div = mean ? (double)s.len : 1.0; /* the CPU's divisor, 0/0 = NaN included */
-  rg_status st = run_sum(k, (const float *)x->p, p, div, (float *)k->out[0].p, NULL);
+  rg_status st = run_sum_of(k, x, p, div, (float *)k->out[0].p, NULL);
   if (st != RG_OK) return st;
   return rg_cuda_check_launch(k, what);
 }
@@ -598,7 +617,7 @@ static rg_status sum_to(rg_kargs *k, const rg_tv *x, const rg_tv *out, const rg_
   for (int a = 0; a < x->ndim; a++)
     keep[a] = a - lead >= 0 && out->dims[a - lead] == x->dims[a];
   sum_plan p = plan_sum(x, keep);
-  rg_status st = run_sum(k, (const float *)x->p, p, 1.0, (float *)out->p, acc);
+  rg_status st = run_sum_of(k, x, p, 1.0, (float *)out->p, acc);
   if (st != RG_OK) return st;
   return rg_cuda_check_launch(k, what);
 }
