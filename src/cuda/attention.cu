@@ -14,38 +14,31 @@
  * the outputs are f32. Only the six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g)
  * differ:
  *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
- *    mode runs it too: tf32 wmma (m16n16k8) through the same shared result tiles measured
+ *    mode runs it too: tf32 wmma (m16n16k8) through shared result tiles measured
  *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
  *  - bf16 (2): mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped tile
  *    in registers: q, k, v and g are rounded to bf16 (8 bits, round to nearest even) as
  *    the shared tiles are filled, p and ds as they become the A operand of the next
  *    product; ds is computed from the rounded p. Its kernels are separate (the "bf16
- *    kernels" below). Built with -DRG_ATT_WMMA, bf16 runs the earlier path instead: the
- *    f32 kernels with wmma m16n16k16 products whose results go through a shared f32 tile
- *    Sc (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
+ *    kernels" below). They replaced wmma m16n16k16 products through a shared f32 result
+ *    tile in the f32 kernels (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
  *
  * f32 kernels. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key
  * pass) and walks the other side in tiles of 64. Rows are copied from global memory into
  * shared tiles [64][LD], zero past the tensor's last row and past D; DM is the template
- * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32)
- * or DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
+ * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats.
+ * Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
  *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
- *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
+ *    micro-tile: rows 4 ty + i, columns tx + 16 j; each entry is an FMA chain over
  *    d = 0, 1, ... (the same chain in every pass, so the backward rebuilds the forward's
  *    scores bit for bit);
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
- *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
- * With wmma (-DRG_ATT_WMMA), warp w computes the 16 x 16 result blocks w, w + 8, ... (row
- * block f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds
- * them, for dq, dk and dv).
+ *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order.
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
  * float4 of one row) hit 8 different groups of 4 banks, and the scalar stores of P hit 32
- * banks. bf16 rows of DM + 8 are 16 bytes past a multiple of 128, so the 8 rows a wmma
- * load reads at once start in 8 different groups of 4 banks. wmma needs 32-byte aligned
- * fragment addresses and strides of 16 bytes: every tile size and 16-row step here is a
- * multiple of 32 bytes.
+ * banks.
  *
  * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
  * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
@@ -88,24 +81,18 @@
  * Resources per block, shared memory in KB for DM = 64 / 128:
  *                   forward      kernel 1     kernel 2
  *   f32             68 / 116     85 / 149    102 / 166
- *   bf16 (wmma)     53 / 93      62 / 110     71 / 119
  *   bf16 (mma)      27 / 51      36 / 68      36.5 / 68.5
- * Above 48 KB each launch opts in. f32 and wmma: at DM = 64 two blocks fit an SM, and
+ * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
  * __launch_bounds__ caps registers at 128 for it (ptxas with nvcc 13: no spills, but for
- * 8 bytes in kernel 2 in f32 and kernel 1 in bf16); at DM = 128 one block fits, registers
- * are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
+ * 8 bytes in kernel 2); at DM = 128 one block fits, registers are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
  * blocks an SM at DM = 64 (168 registers: 165 and 168 used, no spills) and two at
  * DM = 128 (189 and 220); kernel 2 holds dk and dv (2 DM / 8 accumulator tiles) and is
  * capped for two (250 at DM = 64; 255 and a 12-byte spill at DM = 128). Capping it at
  * 168 for three blocks spilled 106 bytes. Tile fills move 4 float4 a thread per tensor
  * at a time, so the loads in flight fit beside those accumulators.
  *
- * Barriers, f32 and wmma: every loop iteration is  sync (the previous iteration's readers
- * are done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. A
- * tensor-core product into registers adds two of its own: sync (the previous product's
- * readers of Sc are done) -> fragments to Sc -> sync -> each thread reads its entries; so
- * does the final read-out of a sum kept in fragments. Anything read after a loop that may
- * run zero times is fenced by its own sync. mma: two a loop iteration, sync (the previous
+ * Barriers, f32: every loop iteration is  sync (the previous iteration's readers are
+ * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. mma: two a loop iteration, sync (the previous
  * tile's readers are done) -> fill the walked tiles (and lse, delta) -> sync -> every
  * product and the softmax, from registers and the read-only tiles; the tiles filled
  * before the loop are fenced by its first sync, and nothing shared is read after it.
@@ -113,25 +100,20 @@
 #include "cuda.h"
 
 #include <math.h>
-#include <mma.h>
 #include <stdio.h>
 #include <string.h>
-#include <type_traits>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
 
-namespace wm = nvcuda::wmma;
-
 #define FULL 0xffffffffu
-#define NT 256      /* threads per block: a 16 x 16 grid */
+#define NT 256      /* threads per block of the f32 kernels: a 16 x 16 grid */
 #define TR 64       /* rows of a tile (queries or keys) */
-#define LDS (TR + 4) /* stride of a 64 x 64 result in Sc */
 #define DMAX 128    /* largest supported head size */
 /* Blocks per SM the register allocation must allow: two at DM = 64 (their shared memory
    fits twice), one at DM = 128 (it does not, so registers need not be capped). */
 #define MINB(DM) ((DM) == 64 ? 2 : 1)
 
-enum { P_F32 = 0, P_BF16 = 2 }; /* the node's i[2] (1, once tf32, is not recorded) */
+enum { P_F32 = 0, P_BF16 = 2 }; /* the node's i[2] */
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -159,24 +141,17 @@ typedef struct att_io {
   float *out, *lse, *dq, *dk, *dv;
 } att_io;
 
-/* Shared tiles of precision PR: element type, strides, sizes. */
-template <int PR> struct elt { typedef float T; };
-template <> struct elt<P_BF16> { typedef __nv_bfloat16 T; };
+/* Shared tiles of the f32 kernels, in floats. */
+template <int DM> struct tl {
+  static constexpr int LD = DM + 4;   /* row stride of q, k, v, g tiles */
+  static constexpr int LDP = TR + 4;  /* row stride of the P / dS tiles */
+  static constexpr int SIZE = TR * LD;
+  static constexpr int PSIZE = TR * LDP;
+  static constexpr int H = DM / 64;   /* float4 per thread per output row */
+};
 
 /* float4 one thread of NT moves per fill of a 64 x DM tile */
 template <int DM> struct per { static constexpr int N = TR * DM / 4 / NT; };
-
-template <int DM, int PR> struct tl {
-  typedef typename elt<PR>::T T;
-  static constexpr int PAD = PR == P_BF16 ? 8 : 4;
-  static constexpr int LD = DM + PAD;            /* row stride of q, k, v, g tiles */
-  static constexpr int LDP = TR + PAD;           /* row stride of the P / dS tiles */
-  static constexpr int SIZE = TR * LD;           /* elements */
-  static constexpr int PSIZE = TR * LDP;
-  static constexpr int H = DM / 64;              /* float4 per thread per output row */
-  static constexpr int LDO = DM + 4;             /* stride of a 64 x DM result in Sc */
-  static constexpr size_t SC = PR == P_F32 ? 0 : sizeof(float) * TR * LDO; /* Sc bytes */
-};
 
 /* Offset of head bh's first row in layout l. */
 __device__ __forceinline__ int64_t head_at(const att_dims &a, const att_lay &l, int64_t bh) {
@@ -202,7 +177,7 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
 
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
    first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
-   (zero past row n and past D), then stash them in a shared tile. */
+   (zero past row n and past D), then stash them in a shared tile of row stride LD. */
 template <int DM, int N = NT, int P>
 __device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, int64_t ld,
                                       const att_dims &a) {
@@ -225,31 +200,31 @@ __device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, i
   }
 }
 __device__ __forceinline__ void put4(float *p, const float4 &v) { *(float4 *)p = v; }
+/* Rounded to bf16 (nearest even): 8 bytes, p 8-byte aligned. */
 __device__ __forceinline__ void put4(__nv_bfloat16 *p, const float4 &v) {
   __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
   uint2 u;
   memcpy(&u.x, &lo, 4);
   memcpy(&u.y, &hi, 4);
-  *(uint2 *)p = u; /* 8-byte aligned: d % 4 == 0 and LD * 2 % 8 == 0 */
+  *(uint2 *)p = u;
 }
-template <int DM, int PR, int N = NT, int P>
-__device__ __forceinline__ void stash(typename tl<DM, PR>::T *dst, const float4 (&r)[P]) {
+template <int DM, int LD, int N = NT, typename T, int P>
+__device__ __forceinline__ void stash(T *dst, const float4 (&r)[P]) {
 #pragma unroll
   for (int k = 0; k < P; k++) {
     int i = (int)threadIdx.x + k * N, row = i / (DM / 4), d = i % (DM / 4) * 4;
-    put4(dst + row * tl<DM, PR>::LD + d, r[k]);
+    put4(dst + row * LD + d, r[k]);
   }
 }
 /* Two tiles at once (k and v, or q and g), of row strides la and lb. */
-template <int DM, int PR>
-__device__ __forceinline__ void fill2(typename tl<DM, PR>::T *da, const float *sa, int64_t la,
-                                      typename tl<DM, PR>::T *db, const float *sb, int64_t lb,
-                                      int n, const att_dims &a) {
+template <int DM>
+__device__ __forceinline__ void fill2(float *da, const float *sa, int64_t la, float *db,
+                                      const float *sb, int64_t lb, int n, const att_dims &a) {
   float4 ra[per<DM>::N], rb[per<DM>::N];
   fetch<DM>(ra, sa, n, la, a);
   fetch<DM>(rb, sb, n, lb, a);
-  stash<DM, PR>(da, ra);
-  stash<DM, PR>(db, rb);
+  stash<DM, tl<DM>::LD>(da, ra);
+  stash<DM, tl<DM>::LD>(db, rb);
 }
 
 /* ---- the f32 products: FMA chains in registers ---- */
@@ -283,8 +258,8 @@ __device__ __forceinline__ void mm_nt(const float *A, const float *B, int dn,
    P a [64][64] tile of stride LDP, M a shared tile of stride LD. */
 template <int DM>
 __device__ __forceinline__ void mm_nn(const float *P, const float *M,
-                                      float (&acc)[4][4 * tl<DM, 0>::H]) {
-  constexpr int LD = tl<DM, 0>::LD, LDP = tl<DM, 0>::LDP, H = tl<DM, 0>::H;
+                                      float (&acc)[4][4 * tl<DM>::H]) {
+  constexpr int LD = tl<DM>::LD, LDP = tl<DM>::LDP, H = tl<DM>::H;
   const float *pp = P + ty_() * 4 * LDP, *pm = M + tx_() * 4;
 #pragma unroll 2
   for (int c = 0; c < TR; c += 4) {
@@ -308,109 +283,18 @@ __device__ __forceinline__ void mm_nn(const float *P, const float *M,
   }
 }
 
-/* ---- the tensor-core products: wmma into Sc, then each thread's entries ---- */
-
-/* Fragment types of precision PR: k extent and the operand's element type. */
-template <int PR> struct wf;
-template <> struct wf<P_BF16> {
-  static constexpr int K = 16;
-  typedef __nv_bfloat16 E;
-  typedef __nv_bfloat16 T;
-};
-
-/* Loads a fragment from shared memory. */
-template <int PR, typename Frag>
-__device__ __forceinline__ void load_frag(Frag &f, const typename wf<PR>::T *p, int ld) {
-  wm::load_matrix_sync(f, p, ld);
-}
-
-/* Sc[64][ldo] = A B over k in [0, kd), the 64 x 16 NB result in 16 x 16 blocks, warp w
-   computing blocks w, w + 8, ... A is [64][lda] row-major. BT: B = M^T for a tile M
-   [16 NB][ldb] (the scores' k^T, whose columns are rows of k); else B is the tile
-   [kd][ldb] itself. Brackets Sc's writes with the barriers that make it safe: the
-   previous product's readers of Sc are done before, the result is whole after. */
-template <int PR, int NB, bool BT>
-__device__ __forceinline__ void tc_mm(const typename wf<PR>::T *A, int lda,
-                                      const typename wf<PR>::T *B, int ldb, int kd, float *Sc,
-                                      int ldo) {
-  constexpr int K = wf<PR>::K;
-  typedef typename wf<PR>::E E;
-  typedef typename std::conditional<BT, wm::col_major, wm::row_major>::type BL;
-  wm::fragment<wm::matrix_a, 16, 16, K, E, wm::row_major> fa;
-  wm::fragment<wm::matrix_b, 16, 16, K, E, BL> fb;
-  wm::fragment<wm::accumulator, 16, 16, K, float> fc;
-  __syncthreads();
-  for (int f = (int)threadIdx.x / 32; f < 4 * NB; f += NT / 32) {
-    int r0 = f / NB * 16, c0 = f % NB * 16;
-    wm::fill_fragment(fc, 0.f);
-#pragma unroll 4
-    for (int k = 0; k < kd; k += K) {
-      load_frag<PR>(fa, A + r0 * lda + k, lda);
-      load_frag<PR>(fb, B + (BT ? c0 * ldb + k : k * ldb + c0), ldb);
-      wm::mma_sync(fc, fa, fb, fc);
-    }
-    wm::store_matrix_sync(Sc + r0 * ldo + c0, fc, ldo, wm::mem_row_major);
-  }
-  __syncthreads();
-}
-
-/* ---- the products every mode shares: results in the f32 path's register layout ---- */
-
-/* acc[i][j] += A[4 ty + i] . B[tx + 16 j] (over d): A, B tiles of stride LD. */
-template <int DM, int PR>
-__device__ __forceinline__ void prod_nt(const typename tl<DM, PR>::T *A,
-                                        const typename tl<DM, PR>::T *B, const att_dims &a,
-                                        float *Sc, float (&acc)[4][4]) {
-  if constexpr (PR == P_F32) {
-    mm_nt<tl<DM, PR>::LD>(A, B, a.dn, acc);
-  } else {
-    tc_mm<PR, 4, true>(A, tl<DM, PR>::LD, B, tl<DM, PR>::LD, a.dn, Sc, LDS);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int j = 0; j < 4; j++) acc[i][j] += Sc[(4 * ty_() + i) * LDS + tx_() + 16 * j];
-  }
-}
-
-/* acc[i][4 h + e] += (P M)[4 ty + i][64 h + 4 tx + e]: P a 64 x 64 tile of stride LDP, M a
-   tile of stride LD. */
-template <int DM, int PR>
-__device__ __forceinline__ void prod_nn(const typename tl<DM, PR>::T *P,
-                                        const typename tl<DM, PR>::T *M, float *Sc,
-                                        float (&acc)[4][4 * tl<DM, PR>::H]) {
-  if constexpr (PR == P_F32) {
-    mm_nn<DM>(P, M, acc);
-  } else {
-    constexpr int LDO = tl<DM, PR>::LDO;
-    tc_mm<PR, DM / 16, false>(P, tl<DM, PR>::LDP, M, tl<DM, PR>::LD, TR, Sc, LDO);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int h = 0; h < tl<DM, PR>::H; h++) {
-        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
-        acc[i][4 * h] += v.x, acc[i][4 * h + 1] += v.y;
-        acc[i][4 * h + 2] += v.z, acc[i][4 * h + 3] += v.w;
-      }
-  }
-}
-
-__device__ __forceinline__ float get(const float *p) { return *p; }
-__device__ __forceinline__ float get(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void set(float *p, float v) { *p = v; }
-__device__ __forceinline__ void set(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
 /* Writes rows [0, n) and columns [0, D) of the thread's part of a 64 x DM result to the
    rows of stride ld at dst, each value times mul[i]. */
 template <int DM>
 __device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const att_dims &a,
-                                           const float (&acc)[4][4 * tl<DM, 0>::H],
+                                           const float (&acc)[4][4 * tl<DM>::H],
                                            const float (&mul)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     int r = ty_() * 4 + i;
     if (r >= n) continue;
 #pragma unroll
-    for (int h = 0; h < tl<DM, 0>::H; h++) {
+    for (int h = 0; h < tl<DM>::H; h++) {
       int d = 64 * h + tx_() * 4;
       if (d >= a.D) continue;
       float *p = dst + r * ld + d;
@@ -435,100 +319,34 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[4][N]) {
     for (int j = 0; j < N; j++) x[i][j] = 0.f;
 }
 
-/* A 64 x DM result summed over a loop of products P M (dq, dk, dv): in the f32 path the
-   thread's registers in the layout of prod_nn; with tensor cores, fragments that stay in
-   registers for the whole loop (warp w holds blocks w, w + 8, ...), so a product costs no
-   trip through Sc and no barrier, and the sum goes through Sc once, at the end. */
-template <int DM, int PR> struct accum {
-  typedef typename wf<PR>::T T;
-  static constexpr int K = wf<PR>::K, NB = DM / 16, NF = 4 * NB / (NT / 32);
-  wm::fragment<wm::accumulator, 16, 16, K, float> f[NF];
-  __device__ __forceinline__ void clear(void) {
-#pragma unroll
-    for (int i = 0; i < NF; i++) wm::fill_fragment(f[i], 0.f);
-  }
-  /* P [64][LDP], M [64][LD]: both whole (the caller's barrier) */
-  __device__ __forceinline__ void add(const T *P, const T *M) {
-    wm::fragment<wm::matrix_a, 16, 16, K, typename wf<PR>::E, wm::row_major> fa;
-    wm::fragment<wm::matrix_b, 16, 16, K, typename wf<PR>::E, wm::row_major> fb;
-#pragma unroll
-    for (int i = 0; i < NF; i++) {
-      int b = (int)threadIdx.x / 32 + i * (NT / 32), r0 = b / NB * 16, c0 = b % NB * 16;
-#pragma unroll 4
-      for (int k = 0; k < TR; k += K) {
-        load_frag<PR>(fa, P + r0 * tl<DM, PR>::LDP + k, tl<DM, PR>::LDP);
-        load_frag<PR>(fb, M + k * tl<DM, PR>::LD + c0, tl<DM, PR>::LD);
-        wm::mma_sync(f[i], fa, fb, f[i]);
-      }
-    }
-  }
-  /* Rows [0, n) to dst (row stride ld), through Sc, between the barriers that make it
-     safe. */
-  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
-                                        float *Sc) {
-    constexpr int LDO = tl<DM, PR>::LDO;
-    __syncthreads(); /* Sc's previous readers are done */
-#pragma unroll
-    for (int i = 0; i < NF; i++) {
-      int b = (int)threadIdx.x / 32 + i * (NT / 32);
-      wm::store_matrix_sync(Sc + b / NB * 16 * LDO + b % NB * 16, f[i], LDO,
-                            wm::mem_row_major);
-    }
-    __syncthreads();
-    float r[4][4 * tl<DM, PR>::H], one[4] = {1.f, 1.f, 1.f, 1.f};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int h = 0; h < tl<DM, PR>::H; h++) {
-        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
-        r[i][4 * h] = v.x, r[i][4 * h + 1] = v.y, r[i][4 * h + 2] = v.z, r[i][4 * h + 3] = v.w;
-      }
-    store_rows<DM>(dst, n, ld, a, r, one);
-  }
-};
-template <int DM> struct accum<DM, P_F32> {
-  float r[4][4 * tl<DM, P_F32>::H];
-  __device__ __forceinline__ void clear(void) { zero(r); }
-  __device__ __forceinline__ void add(const float *P, const float *M) { mm_nn<DM>(P, M, r); }
-  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
-                                        float *) {
-    float one[4] = {1.f, 1.f, 1.f, 1.f};
-    store_rows<DM>(dst, n, ld, a, r, one);
-  }
-};
-
 /* p = exp(scale s - lse) and ds = p (dp - delta) scale on the thread's entries (row 4 ty + i,
    column tx + 16 j) of a 64 x 64 tile, 0 where vis(i, j) is false: s = A.B^T, dp = C.E^T.
    p goes to P and is read back for ds, so one 4 x 4 accumulator is live at a time (the
    registers matter: two blocks must fit an SM at DM = 64); DS may be P (ds replaces p).
    ROWS: lse and delta belong to rows i (queries are rows), else to columns j. */
-template <int DM, int PR, bool ROWS, typename Vis>
-__device__ __forceinline__ void p_ds(const typename tl<DM, PR>::T *A,
-                                     const typename tl<DM, PR>::T *B,
-                                     const typename tl<DM, PR>::T *C,
-                                     const typename tl<DM, PR>::T *E, const att_dims &a,
-                                     const float (&ls)[4], const float (&dl)[4], Vis vis,
-                                     typename tl<DM, PR>::T *P, typename tl<DM, PR>::T *DS,
-                                     float *Sc) {
-  constexpr int LDP = tl<DM, PR>::LDP;
+template <int DM, bool ROWS, typename Vis>
+__device__ __forceinline__ void p_ds(const float *A, const float *B, const float *C,
+                                     const float *E, const att_dims &a, const float (&ls)[4],
+                                     const float (&dl)[4], Vis vis, float *P, float *DS) {
+  constexpr int LD = tl<DM>::LD, LDP = tl<DM>::LDP;
   float acc[4][4];
   zero(acc);
-  prod_nt<DM, PR>(A, B, a, Sc, acc);
+  mm_nt<LD>(A, B, a.dn, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      set(P + (4 * ty_() + i) * LDP + tx_() + 16 * j,
-          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f);
+      P[(4 * ty_() + i) * LDP + tx_() + 16 * j] =
+          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f;
   zero(acc);
-  prod_nt<DM, PR>(C, E, a, Sc, acc);
+  mm_nt<LD>(C, E, a.dn, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       int e = (4 * ty_() + i) * LDP + tx_() + 16 * j; /* this thread's own p */
-      float ds = get(P + e) * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale;
-      set(DS + e, vis(i, j) ? ds : 0.f);
+      float ds = P[e] * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale;
+      DS[e] = vis(i, j) ? ds : 0.f;
     }
 }
 
@@ -545,27 +363,24 @@ __device__ __forceinline__ void query_tile(const att_dims &a, int64_t &bh, int &
 
 /* Key tile j0 (kn rows) into Ks and Vs, between the barriers that make it safe: the
    previous tile's readers of Ks, Vs and Ps are done before, the tile is whole after. */
-template <int DM, int PR>
+template <int DM>
 __device__ __forceinline__ void key_tile(const att_dims &a, const float *Kb, const float *Vb,
-                                         int j0, int kn, typename tl<DM, PR>::T *Ks,
-                                         typename tl<DM, PR>::T *Vs) {
+                                         int j0, int kn, float *Ks, float *Vs) {
   __syncthreads();
-  fill2<DM, PR>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
+  fill2<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
   __syncthreads();
 }
 
 /* 1 / l, and 0 for a row with no visible key (l == 0; a NaN l stays NaN). */
 __device__ __forceinline__ float inv_or_zero(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
-/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP], Sc. */
-template <int DM, int PR>
+/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
-  constexpr int LDP = tl<DM, PR>::LDP;
+  constexpr int LDP = tl<DM>::LDP;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Qs = (T *)att_sm, *Ks = Qs + tl<DM, PR>::SIZE, *Vs = Ks + tl<DM, PR>::SIZE;
-  T *Ps = Vs + tl<DM, PR>::SIZE;
-  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
+  float *Qs = (float *)att_sm, *Ks = Qs + tl<DM>::SIZE, *Vs = Ks + tl<DM>::SIZE;
+  float *Ps = Vs + tl<DM>::SIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
@@ -575,18 +390,18 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
   {
     float4 r[per<DM>::N];
     fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
-    stash<DM, PR>(Qs, r);
+    stash<DM, tl<DM>::LD>(Qs, r);
   }
-  float m[4], l[4], o[4][4 * tl<DM, PR>::H];
+  float m[4], l[4], o[4][4 * tl<DM>::H];
 #pragma unroll
   for (int i = 0; i < 4; i++) m[i] = -INFINITY, l[i] = 0.f;
   zero(o);
   for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
     int kn = min(TR, nk - j0);
-    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs);
+    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs);
     float s[4][4];
     zero(s);
-    prod_nt<DM, PR>(Qs, Ks, a, Sc, s);
+    mm_nt<tl<DM>::LD>(Qs, Ks, a.dn, s);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       int t = t0 + 4 * ty + i;
@@ -606,15 +421,15 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
       for (int j = 0; j < 4; j++) {
         float p = s[i][j] == -INFINITY ? 0.f : expf(s[i][j] - mu);
         ps += p;
-        set(Ps + (4 * ty + i) * LDP + tx + 16 * j, p);
+        Ps[(4 * ty + i) * LDP + tx + 16 * j] = p;
       }
       l[i] = l[i] * al + sum16(ps);
       m[i] = mn;
 #pragma unroll
-      for (int k = 0; k < 4 * tl<DM, PR>::H; k++) o[i][k] *= al;
+      for (int k = 0; k < 4 * tl<DM>::H; k++) o[i][k] *= al;
     }
     __syncthreads(); /* Ps written */
-    prod_nn<DM, PR>(Ps, Vs, Sc, o);
+    mm_nn<DM>(Ps, Vs, o);
   }
   float inv[4];
   int64_t row = bh * a.T + t0;
@@ -628,15 +443,13 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
 }
 
 /* Backward kernel 1, per query tile: delta of its rows (to scratch), then dq. Shared: Qs,
-   Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds), Sc. */
-template <int DM, int PR>
+   Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds). */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_q_k(const att_io io, float *__restrict__ delta, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Qs = (T *)att_sm, *Gs = Qs + tl<DM, PR>::SIZE, *Ks = Gs + tl<DM, PR>::SIZE;
-  T *Vs = Ks + tl<DM, PR>::SIZE, *Ps = Vs + tl<DM, PR>::SIZE;
-  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
+  float *Qs = (float *)att_sm, *Gs = Qs + tl<DM>::SIZE, *Ks = Gs + tl<DM>::SIZE;
+  float *Vs = Ks + tl<DM>::SIZE, *Ps = Vs + tl<DM>::SIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
@@ -644,8 +457,8 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
   const float *Kb = io.k + koff, *Vb = io.v + koff;
-  fill2<DM, PR>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
-  /* delta = g.o from global f32 (the forward's o; g unrounded in every mode) */
+  fill2<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
+  /* delta = g.o from global memory (the forward's o) */
   float ls[4], dl[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -660,44 +473,43 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     if (tx == 0 && r < nq) delta[row + r] = dl[i];
   }
   if (!io.dq) return; /* uniform over the block */
-  accum<DM, PR> dq;
-  dq.clear();
+  float dq[4][4 * tl<DM>::H];
+  zero(dq);
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
-    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
-    p_ds<DM, PR, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
+    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
+    p_ds<DM, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
       int c = tx + 16 * j;
       return c < kn && (!a.causal || j0 + c <= t0 + 4 * ty + i);
-    }, Ps, Ps, Sc);
+    }, Ps, Ps);
     __syncthreads(); /* Ps written */
-    dq.add(Ps, Ks);
+    mm_nn<DM>(Ps, Ks, dq);
   }
-  dq.store(io.dq + qoff, nq, a.q.sr, a, Sc);
+  const float one[4] = {1.f, 1.f, 1.f, 1.f};
+  store_rows<DM>(io.dq + qoff, nq, a.q.sr, a, dq, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
    first key tiles are seen by the most queries): over the query tiles that see its keys,
    in order of t, dv = sum_t p_t g_t and dk = sum_t ds_t q_t. The 4 x 4 micro-tiles here
    are transposed: rows are keys, columns queries. Shared: Ks, Vs, Qs, Gs [64][LD],
-   Pt, Dt [64][LDP] (p and ds, key-major), Sc. */
-template <int DM, int PR>
+   Pt, Dt [64][LDP] (p and ds, key-major). */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_kv_k(const att_io io, const float *__restrict__ delta, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Ks = (T *)att_sm, *Vs = Ks + tl<DM, PR>::SIZE, *Qs = Vs + tl<DM, PR>::SIZE;
-  T *Gs = Qs + tl<DM, PR>::SIZE, *Pt = Gs + tl<DM, PR>::SIZE, *Dt = Pt + tl<DM, PR>::PSIZE;
-  float *Sc = (float *)(Dt + tl<DM, PR>::PSIZE);
+  float *Ks = (float *)att_sm, *Vs = Ks + tl<DM>::SIZE, *Qs = Vs + tl<DM>::SIZE;
+  float *Gs = Qs + tl<DM>::SIZE, *Pt = Gs + tl<DM>::SIZE, *Dt = Pt + tl<DM>::PSIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
   const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  fill2<DM, PR>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
-  accum<DM, PR> dk, dv;
-  dk.clear();
-  dv.clear();
+  fill2<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  float dk[4][4 * tl<DM>::H], dv[4][4 * tl<DM>::H];
+  zero(dk);
+  zero(dv);
   for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
     int tn = min(TR, a.T - t0);
     float ls[4], dl[4];
@@ -708,18 +520,19 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       dl[j] = r < tn ? db[t0 + r] : 0.f;
     }
     __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Pt, Dt consumed */
-    fill2<DM, PR>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
+    fill2<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
     __syncthreads();
-    p_ds<DM, PR, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
+    p_ds<DM, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
       int c = 4 * ty + i, r = tx + 16 * j;
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
-    }, Pt, Dt, Sc);
+    }, Pt, Dt);
     __syncthreads(); /* Pt, Dt written */
-    if (io.dv) dv.add(Pt, Gs);
-    if (io.dk) dk.add(Dt, Qs);
+    if (io.dv) mm_nn<DM>(Pt, Gs, dv);
+    if (io.dk) mm_nn<DM>(Dt, Qs, dk);
   }
-  if (io.dk) dk.store(io.dk + koff, kn, a.k.sr, a, Sc);
-  if (io.dv) dv.store(io.dv + koff, kn, a.k.sr, a, Sc);
+  const float one[4] = {1.f, 1.f, 1.f, 1.f};
+  if (io.dk) store_rows<DM>(io.dk + koff, kn, a.k.sr, a, dk, one);
+  if (io.dv) store_rows<DM>(io.dv + koff, kn, a.k.sr, a, dv, one);
 }
 
 /* ---- the bf16 path: mma.sync m16n8k16 with the score tiles in registers ---- */
@@ -799,8 +612,8 @@ __device__ __forceinline__ void mfill(bf16 *da, const float *sa, int64_t la, bf1
     float4 ra[FC], rb[FC];
     fetch<DM, MT>(ra, sa + r0 * la, n - r0, la, a);
     if (db) fetch<DM, MT>(rb, sb + r0 * lb, n - r0, lb, a);
-    stash<DM, P_BF16, MT>(da + r0 * LD, ra);
-    if (db) stash<DM, P_BF16, MT>(db + r0 * LD, rb);
+    stash<DM, LD, MT>(da + r0 * LD, ra);
+    if (db) stash<DM, LD, MT>(db + r0 * LD, rb);
   }
 }
 
@@ -1131,10 +944,9 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   if (io.dv) mstore<DM>(io.dv + koff, kn, a.k.sr, a, dv, 16 * w, one);
 }
 
-/* Dynamic shared memory of each kernel: tiles, P tiles, Sc. */
-template <int DM, int PR> size_t smem_bytes(int tiles, int ptiles) {
-  typedef tl<DM, PR> L;
-  return sizeof(typename L::T) * (size_t)(tiles * L::SIZE + ptiles * L::PSIZE) + L::SC;
+/* Dynamic shared memory of the f32 kernels: tiles [64][DM + 4] and P tiles [64][68]. */
+template <int DM> size_t smem_bytes(int tiles, int ptiles) {
+  return sizeof(float) * (size_t)(tiles * tl<DM>::SIZE + ptiles * tl<DM>::PSIZE);
 }
 
 /* The dims, layouts and pointers of either op (as the CPU's attn_shape). */
@@ -1255,12 +1067,10 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
 template <int DM, int PR> rg_status attention_fwd(rg_kargs *k, const att_dims &a,
                                                   const att_io &io) {
   int64_t blocks = a.BH * cdiv(a.T, TR);
-#ifndef RG_ATT_WMMA /* defined: the bf16 path of wmma through shared f32 tiles */
   if constexpr (PR == P_BF16)
     return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
   else
-#endif
-    return launch_att(k, a, att_fwd_k<DM, PR>, blocks, NT, smem_bytes<DM, PR>(3, 1), io, a);
+    return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
 }
 
 /* T > 0 and S >= 0; delta: BH * T floats. */
@@ -1269,16 +1079,15 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
   rg_status st;
-#ifndef RG_ATT_WMMA
   if constexpr (PR == P_BF16) {
     st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(4, 0), io, delta, a);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
     return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(4, 2 * TR), io, cd, a);
+  } else {
+    st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
+    if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+    return launch_att(k, a, att_bwd_kv_k<DM>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
   }
-#endif
-  st = launch_att(k, a, att_bwd_q_k<DM, PR>, qb, NT, smem_bytes<DM, PR>(4, 1), io, delta, a);
-  if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-  return launch_att(k, a, att_bwd_kv_k<DM, PR>, kb, NT, smem_bytes<DM, PR>(4, 2), io, cd, a);
 }
 
 /* The instantiation for D and the node's precision. */
