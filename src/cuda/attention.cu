@@ -9,17 +9,18 @@
  * rg_attention_qkv (heads are D-column strips of the rows of [B,T,3C] and [B,T,C]): each
  * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
  *
- * Precision (the node's i[2], from rg_options at record time). Tensors are F32 in memory
- * in every mode; softmax statistics (running max, sum, lse, delta), the exponentials and
- * the outputs are f32. Only the six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g)
- * differ:
- *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
- *    mode runs it too: tf32 wmma (m16n16k8) through shared result tiles measured
- *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
- *  - bf16 (2): mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped tile
- *    in registers: q, k, v and g are rounded to bf16 (8 bits, round to nearest even) as
- *    the shared tiles are filled, p and ds as they become the A operand of the next
- *    product; ds is computed from the rounded p. Its kernels are separate (the "bf16
+ * Precision follows the dtype. q, k and v (and o, in the backward) are all F32 or all
+ * BF16; g and lse are F32; o has the inputs' dtype, dq, dk and dv are F32 or BF16 (a
+ * BF16 result is rounded once, when stored). Softmax statistics (running max, sum, lse,
+ * delta) and the exponentials are f32 throughout. The six products (q k^T, p v; g v^T,
+ * ds k, ds^T q, p^T g) are:
+ *  - F32 inputs: FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU).
+ *    tf32 wmma (m16n16k8) through shared result tiles measured slower than the FMA chains
+ *    at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
+ *  - BF16 inputs: mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped
+ *    tile in registers: q, k and v are read as they are, g is rounded to bf16 (round to
+ *    nearest even) as its shared tile fills, p and ds as they become the A operand of the
+ *    next product; ds is computed from the rounded p. Its kernels are separate (the "bf16
  *    kernels" below). They replaced wmma m16n16k16 products through a shared f32 result
  *    tile in the f32 kernels (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
  *
@@ -113,7 +114,7 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
    fits twice), one at DM = 128 (it does not, so registers need not be capped). */
 #define MINB(DM) ((DM) == 64 ? 2 : 1)
 
-enum { P_F32 = 0, P_BF16 = 2 }; /* the node's i[2] */
+typedef __nv_bfloat16 bf16;
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -130,15 +131,23 @@ typedef struct att_dims {
   int T, S, D;
   int dn;     /* D rounded up to 16: the extent of the score dot products (zero past D) */
   int causal;
-  int vec;    /* D and every stride % 4 == 0, every pointer 16-byte aligned: float4 access */
+  int ibf;    /* q, k, v (and o, in the backward) are BF16: the mma kernels; else F32 */
+  int obf;    /* the results o, or dq, dk and dv, are BF16 (rounded once, when stored) */
+  int vec;    /* every row of every tensor starts on a multiple of 4 elements and
+                 D % 4 == 0: 4-element access (float4, or 8 bytes of bf16) */
+  int v8;     /* BF16 q, k and v rows start on multiples of 8 elements (16 bytes) and
+                 D % 8 == 0: their tiles fill by 16-byte cp.async */
   float scale;
 } att_dims;
 
-/* The operands and results of either op: head 0 of batch 0 of each. lse [BH,T] is the
-   forward's second output and the backward's input. */
+/* The operands and results of either op: head 0 of batch 0 of each, of the dtypes ibf and
+   obf say (g and lse are always F32). lse [BH,T] is the forward's second output and the
+   backward's input. */
 typedef struct att_io {
-  const float *q, *k, *v, *o, *g;
-  float *out, *lse, *dq, *dk, *dv;
+  const void *q, *k, *v, *o;
+  const float *g;
+  void *out, *dq, *dk, *dv;
+  float *lse;
 } att_io;
 
 /* Shared tiles of the f32 kernels, in floats. */
@@ -284,9 +293,11 @@ __device__ __forceinline__ void mm_nn(const float *P, const float *M,
 }
 
 /* Writes rows [0, n) and columns [0, D) of the thread's part of a 64 x DM result to the
-   rows of stride ld at dst, each value times mul[i]. */
+   rows of stride ld that start at element off of dst, each value times mul[i]: F32, or
+   with a.obf rounded to BF16. */
 template <int DM>
-__device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const att_dims &a,
+__device__ __forceinline__ void store_rows(void *dst, int64_t off, int n, int64_t ld,
+                                           const att_dims &a,
                                            const float (&acc)[4][4 * tl<DM>::H],
                                            const float (&mul)[4]) {
 #pragma unroll
@@ -297,16 +308,29 @@ __device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const 
     for (int h = 0; h < tl<DM>::H; h++) {
       int d = 64 * h + tx_() * 4;
       if (d >= a.D) continue;
-      float *p = dst + r * ld + d;
+      int64_t e = off + r * ld + d;
       float4 v = make_float4(acc[i][4 * h] * mul[i], acc[i][4 * h + 1] * mul[i],
                              acc[i][4 * h + 2] * mul[i], acc[i][4 * h + 3] * mul[i]);
-      if (a.vec) {
-        *(float4 *)p = v;
+      if (a.obf) {
+        bf16 *p = (bf16 *)dst + e;
+        if (a.vec) {
+          put4(p, v);
+        } else {
+          p[0] = __float2bfloat16_rn(v.x);
+          if (d + 1 < a.D) p[1] = __float2bfloat16_rn(v.y);
+          if (d + 2 < a.D) p[2] = __float2bfloat16_rn(v.z);
+          if (d + 3 < a.D) p[3] = __float2bfloat16_rn(v.w);
+        }
       } else {
-        p[0] = v.x;
-        if (d + 1 < a.D) p[1] = v.y;
-        if (d + 2 < a.D) p[2] = v.z;
-        if (d + 3 < a.D) p[3] = v.w;
+        float *p = (float *)dst + e;
+        if (a.vec) {
+          *(float4 *)p = v;
+        } else {
+          p[0] = v.x;
+          if (d + 1 < a.D) p[1] = v.y;
+          if (d + 2 < a.D) p[2] = v.z;
+          if (d + 3 < a.D) p[3] = v.w;
+        }
       }
     }
   }
@@ -386,10 +410,10 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
   {
     float4 r[per<DM>::N];
-    fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
+    fetch<DM>(r, (const float *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
     stash<DM, tl<DM>::LD>(Qs, r);
   }
   float m[4], l[4], o[4][4 * tl<DM>::H];
@@ -439,7 +463,7 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
     int r = 4 * ty + i;
     if (tx == 0 && r < nq) io.lse[row + r] = l[i] == 0.f ? 0.f : m[i] + logf(l[i]);
   }
-  store_rows<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
+  store_rows<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
 }
 
 /* Backward kernel 1, per query tile: delta of its rows (to scratch), then dq. Shared: Qs,
@@ -456,8 +480,8 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   query_tile(a, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  fill2<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
+  const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
+  fill2<DM>(Qs, (const float *)io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
   /* delta = g.o from global memory (the forward's o) */
   float ls[4], dl[4];
 #pragma unroll
@@ -465,7 +489,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     int r = 4 * ty + i;
     float part = 0.f;
     if (r < nq) {
-      const float *g = io.g + goff + r * a.o.sr, *o = io.o + goff + r * a.o.sr;
+      const float *g = io.g + goff + r * a.o.sr, *o = (const float *)io.o + goff + r * a.o.sr;
       for (int d = tx; d < a.D; d += 16) part = fmaf(g[d], o[d], part);
     }
     dl[i] = sum16(part);
@@ -486,7 +510,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     mm_nn<DM>(Ps, Ks, dq);
   }
   const float one[4] = {1.f, 1.f, 1.f, 1.f};
-  store_rows<DM>(io.dq + qoff, nq, a.q.sr, a, dq, one);
+  store_rows<DM>(io.dq, qoff, nq, a.q.sr, a, dq, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
@@ -504,9 +528,9 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
-  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const float *Qb = (const float *)io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  fill2<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  fill2<DM>(Ks, (const float *)io.k + koff, a.k.sr, Vs, (const float *)io.v + koff, a.k.sr, kn, a);
   float dk[4][4 * tl<DM>::H], dv[4][4 * tl<DM>::H];
   zero(dk);
   zero(dv);
@@ -531,8 +555,8 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     if (io.dk) mm_nn<DM>(Dt, Qs, dk);
   }
   const float one[4] = {1.f, 1.f, 1.f, 1.f};
-  if (io.dk) store_rows<DM>(io.dk + koff, kn, a.k.sr, a, dk, one);
-  if (io.dv) store_rows<DM>(io.dv + koff, kn, a.k.sr, a, dv, one);
+  if (io.dk) store_rows<DM>(io.dk, koff, kn, a.k.sr, a, dk, one);
+  if (io.dv) store_rows<DM>(io.dv, koff, kn, a.k.sr, a, dv, one);
 }
 
 /* ---- the bf16 path: mma.sync m16n8k16 with the score tiles in registers ---- */
@@ -544,9 +568,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
    kernel 1 fit 168 registers at DM = 64; kernel 2 holds dk and dv and gets 255. */
 #define MMB(DM) ((DM) == 64 ? 3 : 2)
 #define MMB_KV 2
-#define FC 4 /* float4 a thread loads per tile per chunk of mfill */
-
-typedef __nv_bfloat16 bf16;
+#define FC 4 /* float4 a thread loads per chunk of gfill */
 
 /* One m16n8 f32 accumulator tile: c[0], c[1] at row g, columns 2 q, 2 q + 1; c[2], c[3]
    at row g + 8 (g = lane / 4, q = lane % 4). */
@@ -598,22 +620,66 @@ __device__ __forceinline__ float hi2(unsigned u) {
 }
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
-/* Rows [0, n) of one or two f32 tiles into bf16 tiles [64][DM + 8], in chunks of 8 float4
-   a thread (64 rows at DM = 64, 32 at DM = 128), so at most 16 loads per thread are in
-   flight: the accumulators the callers hold (up to 128 registers in the key pass at
-   DM = 128) must fit beside them. */
+/* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
+   completing at the issuing thread's next cp_wait; the memory clobbers keep ordinary
+   shared accesses on their side of it. */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm_addr(dst)),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+/* Every copy this thread issued has landed (visible to the block after a barrier):
+   wait_all commits the copies not yet in a group and waits for every group. */
+__device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Rows [0, n) of a bf16 tile at src (row stride ld, D columns) into the shared tile dst
+   [64][DM + 8], zero past row n and past D, in 16-byte chunks (8 columns; thread i takes
+   chunks i, i + 128, ..., so a quarter-warp's 8 chunks are 128 consecutive bytes of one
+   row). vec: every row starts 16-byte aligned and a chunk that starts before D may be
+   read whole (D % 8 == 0, or zeros up to a multiple of 8 as in the copy of g): each chunk
+   is one cp16, complete at the caller's cp_wait. Otherwise 2-byte loads, stored before
+   returning (loop not unrolled: the callers' accumulators need the registers). */
 template <int DM>
-__device__ __forceinline__ void mfill(bf16 *da, const float *sa, int64_t la, bf16 *db,
-                                      const float *sb, int64_t lb, int n,
+__device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t ld, int D,
+                                      bool vec) {
+  constexpr int CR = DM / 8, LD = DM + 8; /* chunks per row, tile row stride */
+  if (vec) {
+#pragma unroll
+    for (int k = 0; k < TR * CR / MT; k++) {
+      int i = (int)threadIdx.x + k * MT, r = i / CR, d = i % CR * 8;
+      bf16 *s = dst + r * LD + d;
+      if (r < n && d < D)
+        cp16(s, src + r * ld + d);
+      else
+        *(uint4 *)s = make_uint4(0u, 0u, 0u, 0u);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int i = (int)threadIdx.x; i < TR * CR; i += MT) {
+    int r = i / CR, d = i % CR * 8;
+    unsigned h[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      h[e] = r < n && d + e < D ? __bfloat16_as_ushort(src[r * ld + d + e]) : 0u;
+    *(uint4 *)(dst + r * LD + d) =
+        make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+  }
+}
+
+/* Rows [0, n) of f32 g (row stride ld) rounded to bf16 (nearest even) into the shared
+   tile dst [64][DM + 8], zero past row n and past D. Synchronous, in chunks of FC float4 a
+   thread (32 rows at DM = 64, 16 at DM = 128), so few loads are in flight beside the
+   callers' accumulators (up to 128 registers in kernel 2 at DM = 128). */
+template <int DM>
+__device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_t ld,
                                       const att_dims &a) {
   constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
 #pragma unroll
   for (int r0 = 0; r0 < TR; r0 += RC) {
-    float4 ra[FC], rb[FC];
-    fetch<DM, MT>(ra, sa + r0 * la, n - r0, la, a);
-    if (db) fetch<DM, MT>(rb, sb + r0 * lb, n - r0, lb, a);
-    stash<DM, LD, MT>(da + r0 * LD, ra);
-    if (db) stash<DM, LD, MT>(db + r0 * LD, rb);
+    float4 v[FC];
+    fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
+    stash<DM, LD, MT>(dst + r0 * LD, v);
   }
 }
 
@@ -699,11 +765,11 @@ template <int N> __device__ __forceinline__ void zero8(acc8 (&x)[N]) {
 }
 
 /* Writes the lane's entries of a warp's 16 x DM result (rows r0 + g, r0 + g + 8 of the
-   block's tile, columns < D) to the rows of stride ld at dst, skipping rows >= n; row
-   half h times mul[h]. */
+   block's tile, columns < D) to the rows of stride ld that start at element off of dst,
+   F32 or, with a.obf, rounded to BF16; skips rows >= n; row half h times mul[h]. */
 template <int DM>
-__device__ __forceinline__ void mstore(float *dst, int n, int64_t ld, const att_dims &a,
-                                       const acc8 (&acc)[DM / 8], int r0,
+__device__ __forceinline__ void mstore(void *dst, int64_t off, int n, int64_t ld,
+                                       const att_dims &a, const acc8 (&acc)[DM / 8], int r0,
                                        const float (&mul)[2]) {
   const int l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
 #pragma unroll
@@ -714,12 +780,24 @@ __device__ __forceinline__ void mstore(float *dst, int n, int64_t ld, const att_
     for (int t = 0; t < DM / 8; t++) {
       int d = 8 * t + c2;
       if (d >= a.D) continue;
-      float *p = dst + r * ld + d, v0 = acc[t][2 * h] * mul[h], v1 = acc[t][2 * h + 1] * mul[h];
-      if (a.vec) {
-        *(float2 *)p = make_float2(v0, v1); /* d even, rows 16-byte aligned */
+      int64_t e = off + r * ld + d;
+      float v0 = acc[t][2 * h] * mul[h], v1 = acc[t][2 * h + 1] * mul[h];
+      if (a.obf) {
+        bf16 *p = (bf16 *)dst + e;
+        if (a.vec) { /* d even, rows on 4 elements */
+          *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v0, v1);
+        } else {
+          p[0] = __float2bfloat16_rn(v0);
+          if (d + 1 < a.D) p[1] = __float2bfloat16_rn(v1);
+        }
       } else {
-        p[0] = v0;
-        if (d + 1 < a.D) p[1] = v1;
+        float *p = (float *)dst + e;
+        if (a.vec) {
+          *(float2 *)p = make_float2(v0, v1);
+        } else {
+          p[0] = v0;
+          if (d + 1 < a.D) p[1] = v1;
+        }
       }
     }
   }
@@ -738,8 +816,9 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  mfill<DM>(Qs, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, a.q.sr, nullptr, nullptr, 0, nq, a);
+  const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
+  bfill<DM>(Qs, (const bf16 *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a.D,
+            a.v8);
   const float sl = a.scale * LOG2E;
   const int t = t0 + 16 * w + g; /* the lane's rows: t and t + 8 */
   float m[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
@@ -747,8 +826,10 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
   zero8(o);
   for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done (and Qs is whole) */
-    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
+    __syncthreads(); /* the previous tile's readers are done */
+    bfill<DM>(Ks, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Vs, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    cp_wait(); /* this thread's copies (and Qs's) have landed */
     __syncthreads();
     acc8 s[8];
     mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
@@ -794,6 +875,7 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
     to_a(p, s);
     mma_pm<DM>(o, p, Vs, a.dn);
   }
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   float inv[2];
   int64_t row = bh * a.T + t0;
 #pragma unroll
@@ -802,7 +884,7 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
     int r = 16 * w + g + 8 * h;
     if ((l & 3) == 0 && r < nq) io.lse[row + r] = ls[h] == 0.f ? 0.f : (m[h] + log2f(ls[h])) * LN2;
   }
-  mstore<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
+  mstore<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
 }
 
 /* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
@@ -819,16 +901,18 @@ __global__ void __launch_bounds__(MT, MMB(DM))
   query_tile(a, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  mfill<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
-  /* delta = g.o from global f32 (the forward's o; g unrounded), a row per warp step */
+  const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
+  if (io.dq) bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
+  gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a);
+  /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
   float dl[2] = {0.f, 0.f}, lg[2];
   for (int i = 0; i < 16; i++) {
     int r = 16 * w + i;
     float part = 0.f;
     if (r < nq) {
-      const float *gr = io.g + goff + r * a.o.sr, *orow = io.o + goff + r * a.o.sr;
-      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], orow[d], part);
+      const float *gr = io.g + goff + r * a.o.sr;
+      const bf16 *orow = (const bf16 *)io.o + goff + r * a.o.sr;
+      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], __bfloat162float(orow[d]), part);
     }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) part += __shfl_xor_sync(FULL, part, o);
@@ -848,9 +932,11 @@ __global__ void __launch_bounds__(MT, MMB(DM))
   zero8(dq);
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done (and Qs, Gs are whole) */
-    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
-    __syncthreads();
+    __syncthreads(); /* the previous tile's readers are done */
+    bfill<DM>(Ks, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Vs, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    cp_wait(); /* this thread's copies (and Qs's) have landed */
+    __syncthreads(); /* Ks, Vs whole (and Qs, Gs on the first pass) */
     bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0);
     auto vis = [&](int n, int e) {
       int c = 8 * n + c2 + (e & 1);
@@ -873,8 +959,9 @@ __global__ void __launch_bounds__(MT, MMB(DM))
     to_a(ds, s);
     mma_pm<DM>(dq, ds, Ks, a.dn);
   }
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   const float one[2] = {1.f, 1.f};
-  mstore<DM>(io.dq + qoff, nq, a.q.sr, a, dq, 16 * w, one);
+  mstore<DM>(io.dq, qoff, nq, a.q.sr, a, dq, 16 * w, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, heaviest first when causal), warp w
@@ -893,9 +980,11 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
-  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
+  const float *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  mfill<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  bfill<DM>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
+  bfill<DM>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
   const float sl = a.scale * LOG2E;
   const int c = 16 * w + g; /* the lane's key rows: c and c + 8 of the tile */
   acc8 dk[DM / 8], dv[DM / 8];
@@ -903,13 +992,15 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   zero8(dv);
   for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
     int tn = min(TR, a.T - t0);
-    __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Ls, Dl consumed */
-    mfill<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
+    __syncthreads(); /* the previous Qs, Gs, Ls, Dl consumed */
+    bfill<DM>(Qs, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
+    gfill<DM>(Gs, Gb + t0 * a.o.sr, tn, a.o.sr, a);
     if (threadIdx.x < TR) {
       int r = (int)threadIdx.x;
       Ls[r] = r < tn ? lb[t0 + r] * LOG2E : 0.f;
       Dl[r] = r < tn ? db[t0 + r] : 0.f;
     }
+    cp_wait(); /* this thread's copies (and Ks's, Vs's) have landed */
     __syncthreads();
     bool full = kn == TR && tn == TR && (!a.causal || t0 >= s0 + TR - 1);
     auto vis = [&](int n, int e) {
@@ -939,9 +1030,10 @@ __global__ void __launch_bounds__(MT, MMB_KV)
       mma_pm<DM>(dk, ds, Qs, a.dn);
     }
   }
+  cp_wait(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
   const float one[2] = {1.f, 1.f};
-  if (io.dk) mstore<DM>(io.dk + koff, kn, a.k.sr, a, dk, 16 * w, one);
-  if (io.dv) mstore<DM>(io.dv + koff, kn, a.k.sr, a, dv, 16 * w, one);
+  if (io.dk) mstore<DM>(io.dk, koff, kn, a.k.sr, a, dk, 16 * w, one);
+  if (io.dv) mstore<DM>(io.dv, koff, kn, a.k.sr, a, dv, 16 * w, one);
 }
 
 /* Dynamic shared memory of the f32 kernels: tiles [64][DM + 4] and P tiles [64][68]. */
@@ -949,12 +1041,28 @@ template <int DM> size_t smem_bytes(int tiles, int ptiles) {
   return sizeof(float) * (size_t)(tiles * tl<DM>::SIZE + ptiles * tl<DM>::PSIZE);
 }
 
-/* The dims, layouts and pointers of either op (as the CPU's attn_shape). */
+/* The rows of the tensor at p (elements of es bytes, layout l, D columns) start on
+   multiples of n elements and D is one, so an n-element access stays inside a row. An
+   absent tensor (NULL) passes. */
+bool rows_on(const void *p, size_t es, const att_lay &l, int D, int n) {
+  return (uintptr_t)p % (es * (size_t)n) == 0 && (l.sb | l.sh | l.sr | (int64_t)D) % n == 0;
+}
+
+/* The dims, layouts and pointers of either op (as the CPU's attn_shape), once att_dtypes
+   has passed. */
 att_dims att_shape(const rg_kargs *k, att_io *io) {
   att_dims a;
   const rg_tv *x = &k->in[0];
   int op = k->node->op;
   memset(io, 0, sizeof *io);
+  a.ibf = x->dtype == RG_BF16;
+  a.obf = 0;
+  for (int i = 0; i < RG_MAX_OUT; i++) /* the first result present (lse is F32, and later) */
+    if (k->out[i].p) {
+      a.obf = k->out[i].dtype == RG_BF16;
+      break;
+    }
+  size_t ie = a.ibf ? 2 : 4, oe = a.obf ? 2 : 4;
   if (op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_BWD) {
     a.H = x->dims[1];
     a.T = (int)x->dims[2];
@@ -963,15 +1071,13 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
     a.q = {a.H * a.T * a.D, (int64_t)a.T * a.D, a.D};
     a.k = {a.H * a.S * a.D, (int64_t)a.S * a.D, a.D};
     a.o = a.q;
-    io->q = (const float *)x->p, io->k = (const float *)k->in[1].p;
-    io->v = (const float *)k->in[2].p;
+    io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
     if (op == RG_OP_ATTENTION) {
-      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+      io->out = k->out[0].p, io->lse = (float *)k->out[1].p;
     } else { /* q, k, v, o, g, lse */
-      io->o = (const float *)k->in[3].p, io->g = (const float *)k->in[4].p;
+      io->o = k->in[3].p, io->g = (const float *)k->in[4].p;
       io->lse = (float *)k->in[5].p;
-      io->dq = (float *)k->out[0].p, io->dk = (float *)k->out[1].p;
-      io->dv = (float *)k->out[2].p;
+      io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
     }
   } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
     int64_t C = x->dims[2] / 3;
@@ -980,27 +1086,62 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
     a.D = (int)(C / a.H);
     a.q = a.k = {a.T * 3 * C, a.D, 3 * C};
     a.o = {a.T * C, a.D, C};
-    io->q = (const float *)x->p, io->k = io->q + C, io->v = io->q + 2 * C;
+    io->q = x->p, io->k = (const char *)x->p + C * ie, io->v = (const char *)x->p + 2 * C * ie;
     if (op == RG_OP_ATTENTION_QKV) {
-      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+      io->out = k->out[0].p, io->lse = (float *)k->out[1].p;
     } else { /* qkv, o, g, lse */
-      io->o = (const float *)k->in[1].p, io->g = (const float *)k->in[2].p;
+      io->o = k->in[1].p, io->g = (const float *)k->in[2].p;
       io->lse = (float *)k->in[3].p;
-      io->dq = (float *)k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
+      io->dq = k->out[0].p;
+      io->dk = (char *)io->dq + C * oe, io->dv = (char *)io->dq + 2 * C * oe;
     }
   }
   a.BH = x->dims[0] * a.H;
   a.dn = (a.D + 15) & ~15;
   a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
   a.causal = k->node->i[0] != 0;
-  /* float4 global access when every row starts 16-byte aligned */
-  bool al = a.D % 4 == 0;
-  const att_lay *ls[3] = {&a.q, &a.k, &a.o};
-  for (int i = 0; i < 3; i++) al = al && (ls[i]->sb | ls[i]->sh | ls[i]->sr) % 4 == 0;
-  const void *ps[8] = {io->q, io->k, io->v, io->g, io->out, io->dq, io->dk, io->dv};
-  for (int i = 0; i < 8; i++) al = al && (uintptr_t)ps[i] % 16 == 0;
-  a.vec = al;
+  struct { const void *p; size_t es; const att_lay *l; } t[9] = {
+      {io->q, ie, &a.q},    {io->k, ie, &a.k},   {io->v, ie, &a.k},
+      {io->o, ie, &a.o},    {io->g, 4, &a.o},    {io->out, oe, &a.o},
+      {io->dq, oe, &a.q},   {io->dk, oe, &a.k},  {io->dv, oe, &a.k}};
+  a.vec = 1;
+  for (int i = 0; i < 9; i++) a.vec = a.vec && rows_on(t[i].p, t[i].es, *t[i].l, a.D, 4);
+  a.v8 = a.ibf;
+  for (int i = 0; i < 3; i++) a.v8 = a.v8 && rows_on(t[i].p, 2, *t[i].l, a.D, 8);
   return a;
+}
+
+/* The dtypes the kernels take: q, k, v (and o, in the backward) all F32 or all BF16, g
+   and lse F32, the results F32 or BF16 (one dtype for dq, dk and dv), lse out F32. The
+   core records nothing else; a node that broke the rule would otherwise be read as the
+   other dtype, so it fails here instead. */
+rg_status att_dtypes(rg_kargs *k) {
+  int op = k->node->op;
+  bool fwd = op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_QKV;
+  int nx = op == RG_OP_ATTENTION ? 3 : op == RG_OP_ATTENTION_QKV ? 1
+           : op == RG_OP_ATTENTION_BWD ? 4 : 2; /* inputs of the q dtype */
+  int nin = fwd ? nx : nx + 2, nout = fwd ? 2 : op == RG_OP_ATTENTION_BWD ? 3 : 1;
+  int dt = k->in[0].dtype, ot = -1;
+  bool ok = dt == RG_F32 || dt == RG_BF16;
+  for (int i = 1; i < nin; i++) ok = ok && k->in[i].dtype == (i < nx ? dt : RG_F32);
+  for (int i = 0; i < (fwd ? 1 : nout); i++) {
+    if (!k->out[i].p) continue;
+    if (ot < 0) ot = k->out[i].dtype;
+    ok = ok && k->out[i].dtype == ot && (ot == RG_F32 || ot == RG_BF16);
+  }
+  if (fwd) ok = ok && k->out[1].dtype == RG_F32;
+  if (ok) return RG_OK;
+  char in[64] = "", out[32] = "";
+  for (int i = 0; i < nin; i++)
+    snprintf(in + strlen(in), sizeof in - strlen(in), "%s%s", i ? " " : "",
+             rg__dtype_name(k->in[i].dtype));
+  for (int i = 0; i < nout; i++)
+    snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "",
+             k->out[i].p ? rg__dtype_name(k->out[i].dtype) : "-");
+  snprintf(k->msg, k->msgcap,
+           "the CUDA attention takes q, k, v and o all F32 or all BF16, g and lse F32, and "
+           "gives F32 or BF16 results (lse F32); this node has inputs %s, outputs %s", in, out);
+  return RG_ERR_UNSUPPORTED;
 }
 
 size_t smem_optin(void) {
@@ -1064,45 +1205,27 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
   return sizeof(bf16) * (size_t)(tiles * TR * (DM + 8)) + sizeof(float) * (size_t)floats;
 }
 
-template <int DM, int PR> rg_status attention_fwd(rg_kargs *k, const att_dims &a,
-                                                  const att_io &io) {
+/* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
+template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
   int64_t blocks = a.BH * cdiv(a.T, TR);
-  if constexpr (PR == P_BF16)
-    return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
-  else
-    return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
+  if (a.ibf) return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
+  return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
 }
 
 /* T > 0 and S >= 0; delta: BH * T floats. */
-template <int DM, int PR>
+template <int DM>
 rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
   rg_status st;
-  if constexpr (PR == P_BF16) {
+  if (a.ibf) {
     st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(4, 0), io, delta, a);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
     return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(4, 2 * TR), io, cd, a);
-  } else {
-    st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
-    if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    return launch_att(k, a, att_bwd_kv_k<DM>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
   }
-}
-
-/* The instantiation for D and the node's precision. */
-template <int DM> rg_status fwd_for(rg_kargs *k, const att_dims &a, const att_io &io) {
-  switch (k->node->i[2]) {
-  case P_BF16: return attention_fwd<DM, P_BF16>(k, a, io);
-  default: return attention_fwd<DM, P_F32>(k, a, io);
-  }
-}
-template <int DM>
-rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
-  switch (k->node->i[2]) {
-  case P_BF16: return attention_bwd<DM, P_BF16>(k, a, io, delta);
-  default: return attention_bwd<DM, P_F32>(k, a, io, delta);
-  }
+  st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
+  if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
+  return launch_att(k, a, att_bwd_kv_k<DM>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
 }
 
 } /* namespace */
@@ -1110,26 +1233,30 @@ rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta
 /* ---- launchers ----------------------------------------------------------------------- */
 
 static rg_status attention_fwd_any(rg_kargs *k) {
+  rg_status st = att_dtypes(k);
+  if (st != RG_OK) return st;
   att_io io;
   att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.T == 0) return RG_OK;
-  rg_status st = attention_limits(k, a);
+  st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  return a.D <= 64 ? fwd_for<64>(k, a, io) : fwd_for<128>(k, a, io);
+  return a.D <= 64 ? attention_fwd<64>(k, a, io) : attention_fwd<128>(k, a, io);
 }
 
 /* Scratch: delta of every query row (4 bytes a row). */
 static rg_status attention_bwd_any(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
+  rg_status st = att_dtypes(k);
+  if (st != RG_OK) return st;
   att_io io;
   att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.D == 0 || (a.T == 0 && a.S == 0)) return RG_OK;
-  rg_status st = attention_limits(k, a);
+  st = attention_limits(k, a);
   if (st != RG_OK) return st;
   if (a.T == 0) { /* no queries (rg_attention only: qkv has S = T), so dk and dv are zero
                      and dense; stream-ordered memsets, capturable, whose status is the
                      runtime's last error, which check_launch reads */
-    size_t bytes = (size_t)(a.BH * a.S * a.D) * sizeof(float);
+    size_t bytes = (size_t)(a.BH * a.S * a.D) * (a.obf ? sizeof(bf16) : sizeof(float));
     if (io.dk) cudaMemsetAsync(io.dk, 0, bytes, L->stream);
     if (io.dv) cudaMemsetAsync(io.dv, 0, bytes, L->stream);
     return rg_cuda_check_launch(k, "attention_bwd");
@@ -1137,7 +1264,7 @@ static rg_status attention_bwd_any(rg_kargs *k) {
   size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   float *delta = (float *)L->scratch;
-  return a.D <= 64 ? bwd_for<64>(k, a, io, delta) : bwd_for<128>(k, a, io, delta);
+  return a.D <= 64 ? attention_bwd<64>(k, a, io, delta) : attention_bwd<128>(k, a, io, delta);
 }
 
 rg_status rg_cuda_attention(rg_kargs *k) { return attention_fwd_any(k); }
