@@ -804,33 +804,40 @@ __device__ __forceinline__ void mstore(void *dst, int64_t off, int n, int64_t ld
 }
 
 /* Forward, one block of 4 warps per (bh, query tile), warp w owning query rows
-   16 w .. 16 w + 15. Shared: Qs, Ks, Vs [64][DM + 8] bf16. Statistics in the base-2
+   16 w .. 16 w + 15. Shared: Qs, and Ks, Vs twice, [64][DM + 8] bf16: key tile j works
+   from buffer j % 2 while tile j + 1 lands in the other. Statistics in the base-2
    domain: m = running max of s log2(e), p = 2^(s log2(e) - m). */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, const att_dims a) {
-  constexpr int LD = DM + 8;
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *Ks = Qs + TR * LD, *Vs = Ks + TR * LD;
+  bf16 *Qs = (bf16 *)att_sm, *KV = Qs + TS; /* buffer b: Ks at KV + 2 b TS, Vs after it */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
   const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
+  auto kv_tile = [&](int j0, int b) { /* keys [j0, j0 + 64) of [0, nk) into buffer b */
+    int kn = min(TR, nk - j0);
+    bf16 *Kd = KV + 2 * b * TS;
+    bfill<DM>(Kd, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+  };
   bfill<DM>(Qs, (const bf16 *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a.D,
             a.v8);
+  if (nk > 0) kv_tile(0, 0);
   const float sl = a.scale * LOG2E;
   const int t = t0 + 16 * w + g; /* the lane's rows: t and t + 8 */
   float m[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
   acc8 o[DM / 8];
   zero8(o);
-  for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
+  for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) { /* online softmax over key tiles */
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done */
-    bfill<DM>(Ks, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
-    bfill<DM>(Vs, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
-    cp_wait(); /* this thread's copies (and Qs's) have landed */
-    __syncthreads();
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    __syncthreads(); /* tile j0 is whole in buffer b; every warp is done with buffer b ^ 1 */
+    if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1); /* lands while this tile is worked on */
+    const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
     acc8 s[8];
     mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
     bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0); /* no entry masked */
@@ -888,13 +895,14 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
 }
 
 /* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
-   its rows (to scratch), then dq. Shared: Qs, Gs, Ks, Vs [64][DM + 8] bf16. */
+   its rows (to scratch), then dq. Shared: Qs, Gs, and Ks, Vs twice (as in the forward),
+   [64][DM + 8] bf16. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB(DM))
     att_bwd_q_mma(const att_io io, float *__restrict__ delta, const att_dims a) {
-  constexpr int LD = DM + 8;
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TR * LD, *Ks = Gs + TR * LD, *Vs = Ks + TR * LD;
+  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TS, *KV = Gs + TS; /* buffer b: KV + 2 b TS */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh;
   int t0, nq, nk;
@@ -902,7 +910,16 @@ __global__ void __launch_bounds__(MT, MMB(DM))
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
   const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
-  if (io.dq) bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
+  auto kv_tile = [&](int j0, int b) { /* keys [j0, j0 + 64) of [0, nk) into buffer b */
+    int kn = min(TR, nk - j0);
+    bf16 *Kd = KV + 2 * b * TS;
+    bfill<DM>(Kd, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+  };
+  if (io.dq) { /* in flight during the delta pass */
+    bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
+    if (nk > 0) kv_tile(0, 0);
+  }
   gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a);
   /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
   float dl[2] = {0.f, 0.f}, lg[2];
@@ -930,13 +947,12 @@ __global__ void __launch_bounds__(MT, MMB(DM))
   const int t = t0 + 16 * w + g;
   acc8 dq[DM / 8];
   zero8(dq);
-  for (int j0 = 0; j0 < nk; j0 += TR) {
+  for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) {
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done */
-    bfill<DM>(Ks, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
-    bfill<DM>(Vs, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
-    cp_wait(); /* this thread's copies (and Qs's) have landed */
-    __syncthreads(); /* Ks, Vs whole (and Qs, Gs on the first pass) */
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    __syncthreads(); /* tile j0 whole in buffer b (Qs, Gs too); buffer b ^ 1 is free */
+    if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1);
+    const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
     bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0);
     auto vis = [&](int n, int e) {
       int c = 8 * n + c2 + (e & 1);
@@ -967,15 +983,16 @@ __global__ void __launch_bounds__(MT, MMB(DM))
 /* Backward kernel 2, per key tile (in key order, heaviest first when causal), warp w
    owning key rows 16 w .. 16 w + 15: over the query tiles that see its keys, in order of
    t, the transposed tiles p^T and ds^T (rows keys, columns queries) in registers, which
-   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, Qs, Gs [64][DM + 8]
-   bf16, Ls, Dl [64] f32 (the query tile's lse log2(e) and delta). */
+   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, and twice Qs, Gs
+   [64][DM + 8] bf16 and Ls, Dl [64] f32 (the query tile's lse log2(e) and delta): query
+   tile i works from buffer i % 2 while tile i + 1 fills the other. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB_KV)
     att_bwd_kv_mma(const att_io io, const float *__restrict__ delta, const att_dims a) {
-  constexpr int LD = DM + 8;
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TR * LD, *Qs = Vs + TR * LD, *Gs = Qs + TR * LD;
-  float *Ls = (float *)(Gs + TR * LD), *Dl = Ls + TR;
+  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TS, *QG = Vs + TS; /* buffer b: QG + 2 b TS */
+  float *Ls = (float *)(QG + 4 * TS), *Dl = Ls + 2 * TR;   /* buffer b: + b TR */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
@@ -983,25 +1000,41 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
   const float *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
+  const int tf = a.causal ? s0 / TR * TR : 0; /* the first query tile that sees a key */
+  auto qg_tile = [&](int t0, int b) { /* queries [t0, t0 + 64) of [0, T) into buffer b */
+    int tn = min(TR, a.T - t0);
+    bf16 *Qd = QG + 2 * b * TS;
+    bfill<DM>(Qd, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
+    gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a);
+  };
   bfill<DM>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
   bfill<DM>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
+  if (tf < a.T) {
+    qg_tile(tf, 0);
+    int r = (int)threadIdx.x;
+    if (r < TR) {
+      Ls[r] = tf + r < a.T ? lb[tf + r] * LOG2E : 0.f;
+      Dl[r] = tf + r < a.T ? db[tf + r] : 0.f;
+    }
+  }
   const float sl = a.scale * LOG2E;
   const int c = 16 * w + g; /* the lane's key rows: c and c + 8 of the tile */
   acc8 dk[DM / 8], dv[DM / 8];
   zero8(dk);
   zero8(dv);
-  for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
+  for (int t0 = tf, b = 0; t0 < a.T; t0 += TR, b ^= 1) {
     int tn = min(TR, a.T - t0);
-    __syncthreads(); /* the previous Qs, Gs, Ls, Dl consumed */
-    bfill<DM>(Qs, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
-    gfill<DM>(Gs, Gb + t0 * a.o.sr, tn, a.o.sr, a);
-    if (threadIdx.x < TR) {
-      int r = (int)threadIdx.x;
-      Ls[r] = r < tn ? lb[t0 + r] * LOG2E : 0.f;
-      Dl[r] = r < tn ? db[t0 + r] : 0.f;
+    cp_wait();       /* this thread's copies of tile t0 (and of Ks, Vs) have landed */
+    __syncthreads(); /* tile t0 whole in buffer b (Ks, Vs too); buffer b ^ 1 is free */
+    const bool next = t0 + TR < a.T;
+    float nl = 0.f, nd = 0.f; /* the next tile's Ls, Dl of row threadIdx.x, stored below */
+    if (next) {
+      qg_tile(t0 + TR, b ^ 1);
+      int r = t0 + TR + (int)threadIdx.x;
+      if (threadIdx.x < TR && r < a.T) nl = lb[r] * LOG2E, nd = db[r];
     }
-    cp_wait(); /* this thread's copies (and Ks's, Vs's) have landed */
-    __syncthreads();
+    const bf16 *Qs = QG + 2 * b * TS, *Gs = Qs + TS;
+    const float *Lt = Ls + b * TR, *Dt = Dl + b * TR;
     bool full = kn == TR && tn == TR && (!a.causal || t0 >= s0 + TR - 1);
     auto vis = [&](int n, int e) {
       int r = 8 * n + c2 + (e & 1), ck = c + 8 * (e >> 1);
@@ -1014,7 +1047,7 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     for (int n = 0; n < 8; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++)
-        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Ls[8 * n + c2 + (e & 1)]) : 0.f;
+        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Lt[8 * n + c2 + (e & 1)]) : 0.f;
     to_a(p, s);
     if (io.dv) mma_pm<DM>(dv, p, Gs, a.dn);
     if (io.dk) {
@@ -1023,11 +1056,15 @@ __global__ void __launch_bounds__(MT, MMB_KV)
       for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float d = Dl[8 * n + c2 + (e & 1)];
+          float d = Dt[8 * n + c2 + (e & 1)];
           s[n][e] = ds_of(from_a(p, n, e), s[n][e], d, a.scale);
         }
       to_a(ds, s);
       mma_pm<DM>(dk, ds, Qs, a.dn);
+    }
+    if (next && threadIdx.x < TR) { /* buffer b ^ 1 is read only after the next barrier */
+      Ls[(b ^ 1) * TR + threadIdx.x] = nl;
+      Dl[(b ^ 1) * TR + threadIdx.x] = nd;
     }
   }
   cp_wait(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
@@ -1208,7 +1245,7 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
 /* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
 template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
   int64_t blocks = a.BH * cdiv(a.T, TR);
-  if (a.ibf) return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
+  if (a.ibf) return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(5, 0), io, a);
   return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
 }
 
@@ -1219,9 +1256,9 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
   const float *cd = delta;
   rg_status st;
   if (a.ibf) {
-    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(4, 0), io, delta, a);
+    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(6, 0), io, delta, a);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(4, 2 * TR), io, cd, a);
+    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(6, 4 * TR), io, cd, a);
   }
   st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
