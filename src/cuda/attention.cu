@@ -130,6 +130,7 @@ typedef struct att_dims {
   att_lay q, k, o;
   int T, S, D;
   int dn;     /* D rounded up to 16: the extent of the score dot products (zero past D) */
+  int d8;     /* D rounded up to 8: the row stride of the bf16 copy of g in scratch */
   int causal;
   int ibf;    /* q, k, v (and o, in the backward) are BF16: the mma kernels; else F32 */
   int obf;    /* the results o, or dq, dk and dv, are BF16 (rounded once, when stored) */
@@ -668,18 +669,25 @@ __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t
 }
 
 /* Rows [0, n) of f32 g (row stride ld) rounded to bf16 (nearest even) into the shared
-   tile dst [64][DM + 8], zero past row n and past D. Synchronous, in chunks of FC float4 a
+   tile dst [64][DM + 8], zero past row n and past D, and with cp also into rows [0, n) of
+   stride a.d8 at cp (columns [0, d8): zero past D). Synchronous, in chunks of FC float4 a
    thread (32 rows at DM = 64, 16 at DM = 128), so few loads are in flight beside the
    callers' accumulators (up to 128 registers in kernel 2 at DM = 128). */
 template <int DM>
 __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_t ld,
-                                      const att_dims &a) {
+                                      const att_dims &a, bf16 *cp) {
   constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
 #pragma unroll
   for (int r0 = 0; r0 < TR; r0 += RC) {
     float4 v[FC];
     fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
     stash<DM, LD, MT>(dst + r0 * LD, v);
+    if (!cp) continue;
+#pragma unroll
+    for (int k = 0; k < FC; k++) {
+      int i = (int)threadIdx.x + k * MT, r = r0 + i / (DM / 4), d = i % (DM / 4) * 4;
+      if (r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned: d8 % 8 == 0 */
+    }
   }
 }
 
@@ -895,11 +903,13 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
 }
 
 /* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
-   its rows (to scratch), then dq. Shared: Qs, Gs, and Ks, Vs twice (as in the forward),
-   [64][DM + 8] bf16. */
+   its rows (to scratch), g rounded to bf16 (to gc, when not NULL: rows of d8 in the
+   order of lse's, for kernel 2), then dq. Shared: Qs, Gs, and Ks, Vs twice (as in the
+   forward), [64][DM + 8] bf16. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB(DM))
-    att_bwd_q_mma(const att_io io, float *__restrict__ delta, const att_dims a) {
+    att_bwd_q_mma(const att_io io, float *__restrict__ delta, bf16 *__restrict__ gc,
+                  const att_dims a) {
   constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
   bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TS, *KV = Gs + TS; /* buffer b: KV + 2 b TS */
@@ -920,7 +930,7 @@ __global__ void __launch_bounds__(MT, MMB(DM))
     bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
     if (nk > 0) kv_tile(0, 0);
   }
-  gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a);
+  gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr);
   /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
   float dl[2] = {0.f, 0.f}, lg[2];
   for (int i = 0; i < 16; i++) {
@@ -985,10 +995,12 @@ __global__ void __launch_bounds__(MT, MMB(DM))
    t, the transposed tiles p^T and ds^T (rows keys, columns queries) in registers, which
    are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, and twice Qs, Gs
    [64][DM + 8] bf16 and Ls, Dl [64] f32 (the query tile's lse log2(e) and delta): query
-   tile i works from buffer i % 2 while tile i + 1 fills the other. */
+   tile i works from buffer i % 2 while tile i + 1 fills the other. G tiles come from
+   kernel 1's bf16 copy gc by cp.async, or when gc is NULL from f32 g, rounded here. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB_KV)
-    att_bwd_kv_mma(const att_io io, const float *__restrict__ delta, const att_dims a) {
+    att_bwd_kv_mma(const att_io io, const float *__restrict__ delta,
+                   const bf16 *__restrict__ gc, const att_dims a) {
   constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
   bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TS, *QG = Vs + TS; /* buffer b: QG + 2 b TS */
@@ -999,13 +1011,17 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
   const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
   const float *Gb = io.g + head_at(a, a.o, bh);
+  const bf16 *Cb = gc ? gc + bh * a.T * a.d8 : nullptr;
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
   const int tf = a.causal ? s0 / TR * TR : 0; /* the first query tile that sees a key */
   auto qg_tile = [&](int t0, int b) { /* queries [t0, t0 + 64) of [0, T) into buffer b */
     int tn = min(TR, a.T - t0);
     bf16 *Qd = QG + 2 * b * TS;
     bfill<DM>(Qd, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
-    gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a);
+    if (Cb) /* rows 16-byte aligned, zero from D to d8 */
+      bfill<DM>(Qd + TS, Cb + t0 * a.d8, tn, a.d8, a.D, true);
+    else
+      gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a, nullptr);
   };
   bfill<DM>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
   bfill<DM>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
@@ -1135,6 +1151,7 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
   }
   a.BH = x->dims[0] * a.H;
   a.dn = (a.D + 15) & ~15;
+  a.d8 = (a.D + 7) & ~7;
   a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
   a.causal = k->node->i[0] != 0;
   struct { const void *p; size_t es; const att_lay *l; } t[9] = {
@@ -1249,16 +1266,20 @@ template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const 
   return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
 }
 
-/* T > 0 and S >= 0; delta: BH * T floats. */
+/* T > 0 and S >= 0; delta: BH * T floats; gc: NULL, or BH * T * d8 bf16 (the mma
+   kernels' copy of g). */
 template <int DM>
-rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
+rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta,
+                        bf16 *gc) {
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
   rg_status st;
   if (a.ibf) {
-    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(6, 0), io, delta, a);
+    const bf16 *cg = gc;
+    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(6, 0), io, delta, gc, a);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(6, 4 * TR), io, cd, a);
+    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(6, 4 * TR), io, cd, cg,
+                      a);
   }
   st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
@@ -1280,7 +1301,10 @@ static rg_status attention_fwd_any(rg_kargs *k) {
   return a.D <= 64 ? attention_fwd<64>(k, a, io) : attention_fwd<128>(k, a, io);
 }
 
-/* Scratch: delta of every query row (4 bytes a row). */
+/* Scratch: delta of every query row (4 bytes a row), then, 256-byte aligned, for the
+   BF16 kernels when it fits, g rounded to bf16 in rows of d8 (dense [BH, T, d8], so every
+   row is 16-byte aligned whatever g's layout): kernel 2 then fills its G tiles by
+   cp.async instead of loading and rounding f32 g again (GPT-2: 12.6 MB of 64 MiB). */
 static rg_status attention_bwd_any(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   rg_status st = att_dtypes(k);
@@ -1301,7 +1325,12 @@ static rg_status attention_bwd_any(rg_kargs *k) {
   size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   float *delta = (float *)L->scratch;
-  return a.D <= 64 ? attention_bwd<64>(k, a, io, delta) : attention_bwd<128>(k, a, io, delta);
+  size_t at = (need + 255) & ~(size_t)255, gb = rows * (size_t)a.d8 * sizeof(bf16);
+  bf16 *gc = a.ibf && (io.dk || io.dv) && a.S > 0 && at + gb <= L->scratch_bytes
+                 ? (bf16 *)((char *)L->scratch + at)
+                 : nullptr;
+  return a.D <= 64 ? attention_bwd<64>(k, a, io, delta, gc)
+                   : attention_bwd<128>(k, a, io, delta, gc);
 }
 
 rg_status rg_cuda_attention(rg_kargs *k) { return attention_fwd_any(k); }
