@@ -1012,6 +1012,7 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
   const float *Gb = io.g + head_at(a, a.o, bh);
   const bf16 *Cb = gc ? gc + bh * a.T * a.d8 : nullptr;
+  const int64_t cs = TR * a.d8; /* the copy's step from one query tile to the next */
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
   const int tf = a.causal ? s0 / TR * TR : 0; /* the first query tile that sees a key */
   auto qg_tile = [&](int t0, int b) { /* queries [t0, t0 + 64) of [0, T) into buffer b */
@@ -1019,7 +1020,7 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     bf16 *Qd = QG + 2 * b * TS;
     bfill<DM>(Qd, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
     if (Cb) /* rows 16-byte aligned, zero from D to d8 */
-      bfill<DM>(Qd + TS, Cb + t0 * a.d8, tn, a.d8, a.D, true);
+      bfill<DM>(Qd + TS, Cb + t0 / TR * cs, tn, a.d8, a.D, true);
     else
       gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a, nullptr);
   };
@@ -1110,7 +1111,7 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
   memset(io, 0, sizeof *io);
   a.ibf = x->dtype == RG_BF16;
   a.obf = 0;
-  for (int i = 0; i < RG_MAX_OUT; i++) /* the first result present (lse is F32, and later) */
+  for (int i = 0; i < RG_MAX_OUT; i++) /* o, or the first of dq, dk, dv present */
     if (k->out[i].p) {
       a.obf = k->out[i].dtype == RG_BF16;
       break;
