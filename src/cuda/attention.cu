@@ -10,19 +10,20 @@
  * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
  *
  * Precision follows the dtype. q, k and v (and o, in the backward) are all F32 or all
- * BF16; g and lse are F32; o has the inputs' dtype, dq, dk and dv are F32 or BF16 (a
- * BF16 result is rounded once, when stored). Softmax statistics (running max, sum, lse,
- * delta) and the exponentials are f32 throughout. The six products (q k^T, p v; g v^T,
- * ds k, ds^T q, p^T g) are:
- *  - F32 inputs: FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU).
- *    tf32 wmma (m16n16k8) through shared result tiles measured slower than the FMA chains
- *    at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
- *  - BF16 inputs: mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped
- *    tile in registers: q, k and v are read as they are, g is rounded to bf16 (round to
- *    nearest even) as its shared tile fills, p and ds as they become the A operand of the
- *    next product; ds is computed from the rounded p. Its kernels are separate (the "bf16
- *    kernels" below). They replaced wmma m16n16k16 products through a shared f32 result
- *    tile in the f32 kernels (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
+ * BF16; g and lse are F32; o has the inputs' dtype; dq, dk and dv are F32 or BF16 (a BF16
+ * result is rounded once, to nearest even, when stored). Softmax statistics (running max,
+ * sum, lse, delta = sum_d g o with o widened) and the exponentials are f32 throughout.
+ * The six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g) are:
+ *  - F32 inputs: the f32 kernels, FMA chains on f32 tiles, the reference path (within
+ *    1e-5 of the CPU). tf32 wmma (m16n16k8) through shared result tiles measured slower
+ *    than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
+ *  - BF16 inputs: the bf16 kernels, mma.sync m16n8k16 (bf16 in, f32 accumulation) with
+ *    every score-shaped tile in registers: q, k and v are used as they are in memory, g
+ *    is rounded to bf16 once (backward kernel 1), p and ds as they become the A operand
+ *    of the next product; ds is computed from the rounded p. (They replaced wmma
+ *    m16n16k16 products through a shared f32 result tile: forward 0.290 ms, backward
+ *    0.823 ms at GPT-2's shape, H200; with f32 tensors rounded as the tiles filled they
+ *    took 0.147 and 0.539 ms.)
  *
  * f32 kernels. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key
  * pass) and walks the other side in tiles of 64. Rows are copied from global memory into
@@ -43,31 +44,36 @@
  *
  * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
  * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
- * [64][DM + 8], filled as above (zero past the last row and past D). A warp's 16 x 64
- * product A B^T (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane
- * (g = lane / 4, q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile
- * n, so a row lives in the 4 lanes of a quad and its max and sum are 2-step butterflies.
- * Per k step of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with
- * one ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
+ * [64][DM + 8], zero past the last row and past D. A tile of q, k or v is copied in
+ * 16-byte chunks (8 columns) by cp.async (.cg: through L2 only) when a.v8 says its rows
+ * start 16-byte aligned and D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or
+ * 100, odd strides). The tiles a block walks are double-buffered: tile i + 1 is copied
+ * into the second buffer while tile i is worked on. A warp's 16 x 64 product A B^T
+ * (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
+ * q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile n, so a row
+ * lives in the 4 lanes of a quad and its max and sum are 2-step butterflies. Per k step
+ * of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with one
+ * ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
  * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
  * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
  * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
  * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
- * different groups of 4 banks. The key pass works on transposed tiles (rows keys, columns
+ * different groups of 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive
+ * bytes of one row) do too. The key pass works on transposed tiles (rows keys, columns
  * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
  * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
- * FMA per entry: s log2(e) - m); lse is still the natural log. Outputs go straight from
- * the accumulators to global memory (float2 per lane when aligned).
+ * FMA per entry: s log2(e) - m); lse is still the natural log. Results go straight from
+ * the accumulators to global memory (a pair per lane: float2, or __nv_bfloat162).
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
  * output accumulator rescaled by exp(m_old - m_new) when m grows), o = acc / l at the end,
  * and lse = m + log l per query row, the op's second output (0 for a row that sees no
- * key, as on the CPU: it is never read, and stays finite for check_finite). Masked entries get s = -inf
- * and p = 0 exactly (never exp(-inf - -inf)). They still meet the products as 0 * v: a
- * non-finite v (or k) of a key masked from row t but inside a tile row t visits makes row
- * t NaN, where the CPU, which skips masked keys, stays finite (the later rows that see
- * that key are non-finite on both).
+ * key, as on the CPU: it is never read, and stays finite for check_finite). Masked
+ * entries get s = -inf and p = 0 exactly (never exp(-inf - -inf)). They still meet the
+ * products as 0 * v: a non-finite v (or k) of a key masked from row t but inside a tile
+ * row t visits makes row t NaN, where the CPU, which skips masked keys, stays finite (the
+ * later rows that see that key are non-finite on both).
  *
  * Backward, two kernels, no atomics (every output element is summed by one thread, or
  * one tensor-core fragment chain, in a fixed order, so results repeat exactly):
@@ -78,25 +84,44 @@
  *     delta), dv = sum_t p_t g_t and dk = sum_t ds_t q_t.
  * So the backward runs 7 tile products where the forward runs 2 (dq in kernel 2 would
  * save 2 of them, but only through float atomics or a [T/64, T, D] buffer per head).
+ * bf16: kernel 1 reads all of g anyway (its G tile, rounded as it fills, and delta), so
+ * it also writes the rounded tile to scratch after delta, 256-byte aligned, as dense rows
+ * of D rounded up to 8 (zero past D): [BH, T, d8], 16-byte aligned whatever g's layout.
+ * Kernel 2 copies its G tiles from there by cp.async (GPT-2: 12.6 MB of the 64 MiB
+ * scratch); where the copy does not fit it rounds f32 g itself, at once.
  *
  * Resources per block, shared memory in KB for DM = 64 / 128:
- *                   forward      kernel 1     kernel 2
- *   f32             68 / 116     85 / 149    102 / 166
- *   bf16 (mma)      27 / 51      36 / 68      36.5 / 68.5
+ *            forward              kernel 1                 kernel 2
+ *   f32      68 / 116: Q K V P    85 / 149: Q G K V P      102 / 166: K V Q G Pt Dt
+ *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V)    55 / 103: K V 2x(Q G Ls Dl)
  * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
- * __launch_bounds__ caps registers at 128 for it (ptxas with nvcc 13: no spills, but for
- * 8 bytes in kernel 2); at DM = 128 one block fits, registers are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
- * blocks an SM at DM = 64 (168 registers: 165 and 168 used, no spills) and two at
- * DM = 128 (189 and 220); kernel 2 holds dk and dv (2 DM / 8 accumulator tiles) and is
- * capped for two (250 at DM = 64; 255 and a 12-byte spill at DM = 128). Capping it at
- * 168 for three blocks spilled 106 bytes. Tile fills move 4 float4 a thread per tensor
- * at a time, so the loads in flight fit beside those accumulators.
+ * __launch_bounds__ caps registers at 128 for it; at DM = 128 one block fits, registers
+ * are not capped (ptxas -v, nvcc 13, forward / kernel 1 / kernel 2: 122 / 128 / 128 and
+ * 166 / 168 / 230, no spills). bf16: the forward and kernel 1 are capped for three blocks
+ * an SM at DM = 64 (168 registers: 149 and 168 used; 3 x 54 KB of shared memory fits the
+ * 228 KB of an H100 / H200 SM) and two at DM = 128 (198 and 228); kernel 2 holds dk and
+ * dv (2 DM / 8 accumulator tiles) and is capped for two (240 at DM = 64, 255 at
+ * DM = 128, no spills; capping it at 168 for three blocks spilled 106 bytes before the
+ * tiles were double-buffered). The f32 loads of g are made 4 float4 a thread at a time,
+ * so they fit beside those accumulators. Query tiles stay 64 rows in the forward: 128
+ * rows would halve the copies of each key tile from L2 (which the double buffering now
+ * hides), but at the same 16 rows a warp they cost a block of 8 warps 149 registers a
+ * thread, one block an SM (8 warps, against 12 now), and at 32 rows a warp they double
+ * the accumulators (two blocks of 4 warps at best).
  *
  * Barriers, f32: every loop iteration is  sync (the previous iteration's readers are
- * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. mma: two a loop iteration, sync (the previous
- * tile's readers are done) -> fill the walked tiles (and lse, delta) -> sync -> every
- * product and the softmax, from registers and the read-only tiles; the tiles filled
- * before the loop are fenced by its first sync, and nothing shared is read after it.
+ * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. bf16: one a
+ * loop iteration. Before the loop each thread issues its copies of the block's own tiles
+ * and of walked tile 0 into buffer 0 (and fills the rest synchronously: g, lse, delta).
+ * Iteration i: cp_wait (this thread's copies of tile i, the only ones in flight, have
+ * landed) -> sync: tile i is whole in buffer i % 2 for every warp, and every warp has
+ * finished iteration i - 1, the last reader of buffer (i + 1) % 2 -> issue tile i + 1
+ * into buffer (i + 1) % 2 (cp.async, or stores for zeros and the synchronous fills) ->
+ * the products of tile i, reading only buffer i % 2 and the block's own tiles; kernel 2
+ * then stores tile i + 1's lse and delta, loaded before its products, into buffer
+ * (i + 1) % 2. So a buffer is written only between the barrier after its last read and
+ * the barrier before its next read. A block that walks no tile still waits for its
+ * copies before it exits; nothing shared is read after the loop.
  */
 #include "cuda.h"
 
