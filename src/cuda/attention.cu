@@ -9,71 +9,71 @@
  * rg_attention_qkv (heads are D-column strips of the rows of [B,T,3C] and [B,T,C]): each
  * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
  *
- * Precision (the node's i[2], from rg_options at record time). Tensors are F32 in memory
- * in every mode; softmax statistics (running max, sum, lse, delta), the exponentials and
- * the outputs are f32. Only the six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g)
- * differ:
- *  - f32 (0): FMA chains on f32 tiles, the reference path (within 1e-5 of the CPU). TF32
- *    mode runs it too: tf32 wmma (m16n16k8) through the same shared result tiles measured
- *    slower than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
- *  - bf16 (2): mma.sync m16n8k16 (bf16 in, f32 accumulation) with every score-shaped tile
- *    in registers: q, k, v and g are rounded to bf16 (8 bits, round to nearest even) as
- *    the shared tiles are filled, p and ds as they become the A operand of the next
- *    product; ds is computed from the rounded p. Its kernels are separate (the "bf16
- *    kernels" below). Built with -DRG_ATT_WMMA, bf16 runs the earlier path instead: the
- *    f32 kernels with wmma m16n16k16 products whose results go through a shared f32 tile
- *    Sc (forward 0.290 ms, backward 0.823 ms at GPT-2's shape, H200).
+ * Precision follows the dtype. q, k and v (and o, in the backward) are all F32 or all
+ * BF16; g and lse are F32; o has the inputs' dtype; dq, dk and dv are F32 or BF16 (a BF16
+ * result is rounded once, to nearest even, when stored). Softmax statistics (running max,
+ * sum, lse, delta = sum_d g o with o widened) and the exponentials are f32 throughout.
+ * The six products (q k^T, p v; g v^T, ds k, ds^T q, p^T g) are:
+ *  - F32 inputs: the f32 kernels, FMA chains on f32 tiles, the reference path (within
+ *    1e-5 of the CPU). tf32 wmma (m16n16k8) through shared result tiles measured slower
+ *    than the FMA chains at GPT-2's shape (backward 1.93 against 1.68 ms, H200);
+ *  - BF16 inputs: the bf16 kernels, mma.sync m16n8k16 (bf16 in, f32 accumulation) with
+ *    every score-shaped tile in registers: q, k and v are used as they are in memory, g
+ *    is rounded to bf16 once (backward kernel 1), p and ds as they become the A operand
+ *    of the next product; ds is computed from the rounded p. (They replaced wmma
+ *    m16n16k16 products through a shared f32 result tile: forward 0.290 ms, backward
+ *    0.823 ms at GPT-2's shape, H200; with f32 tensors rounded as the tiles filled they
+ *    took 0.147 and 0.539 ms.)
  *
  * f32 kernels. A block of 256 threads owns a tile of 64 rows (queries, or keys in the key
  * pass) and walks the other side in tiles of 64. Rows are copied from global memory into
  * shared tiles [64][LD], zero past the tensor's last row and past D; DM is the template
- * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats (f32)
- * or DM + 8 bf16. Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
+ * bound on D (64 or 128: D <= 128 is what the backend supports); LD = DM + 4 floats.
+ * Threads form a 16 x 16 grid, ty = tid / 16, tx = tid % 16:
  *  - a 64 x 64 product A B^T over d (scores q.k, g.v) gives each thread a 4 x 4
- *    micro-tile: rows 4 ty + i, columns tx + 16 j; in f32 each entry is an FMA chain over
+ *    micro-tile: rows 4 ty + i, columns tx + 16 j; each entry is an FMA chain over
  *    d = 0, 1, ... (the same chain in every pass, so the backward rebuilds the forward's
  *    scores bit for bit);
  *  - a 64 x DM product P M (p.v, ds.k, ...) accumulates rows 4 ty + i, columns
- *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order (f32).
- * With wmma (-DRG_ATT_WMMA), warp w computes the 16 x 16 result blocks w, w + 8, ... (row
- * block f / nb, column block f % nb) into the shared f32 tile Sc [64][DM + 4] (or holds
- * them, for dq, dk and dv).
+ *    64 h + 4 tx + e of the output, summing over the 64 inner rows in order.
  * A row is spread over the 16 threads of one half-warp, so row maxima and sums are
  * 16-lane butterflies (every lane ends with the same bits). Strides DM + 4 and 64 + 4 are
  * 4 mod 32 floats: the float4 loads of a quarter-warp (8 different rows, or 8 consecutive
  * float4 of one row) hit 8 different groups of 4 banks, and the scalar stores of P hit 32
- * banks. bf16 rows of DM + 8 are 16 bytes past a multiple of 128, so the 8 rows a wmma
- * load reads at once start in 8 different groups of 4 banks. wmma needs 32-byte aligned
- * fragment addresses and strides of 16 bytes: every tile size and 16-row step here is a
- * multiple of 32 bytes.
+ * banks.
  *
  * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
  * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
- * [64][DM + 8], filled as above (zero past the last row and past D). A warp's 16 x 64
- * product A B^T (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane
- * (g = lane / 4, q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile
- * n, so a row lives in the 4 lanes of a quad and its max and sum are 2-step butterflies.
- * Per k step of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with
- * one ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
+ * [64][DM + 8], zero past the last row and past D. A tile of q, k or v is copied in
+ * 16-byte chunks (8 columns) by cp.async (.cg: through L2 only) when a.v8 says its rows
+ * start 16-byte aligned and D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or
+ * 100, odd strides). The tiles a block walks are double-buffered: tile i + 1 is copied
+ * into the second buffer while tile i is worked on. A warp's 16 x 64 product A B^T
+ * (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
+ * q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile n, so a row
+ * lives in the 4 lanes of a quad and its max and sum are 2-step butterflies. Per k step
+ * of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with one
+ * ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
  * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
  * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
  * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
  * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
- * different groups of 4 banks. The key pass works on transposed tiles (rows keys, columns
+ * different groups of 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive
+ * bytes of one row) do too. The key pass works on transposed tiles (rows keys, columns
  * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
  * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
- * FMA per entry: s log2(e) - m); lse is still the natural log. Outputs go straight from
- * the accumulators to global memory (float2 per lane when aligned).
+ * FMA per entry: s log2(e) - m); lse is still the natural log. Results go straight from
+ * the accumulators to global memory (a pair per lane: float2, or __nv_bfloat162).
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
  * output accumulator rescaled by exp(m_old - m_new) when m grows), o = acc / l at the end,
  * and lse = m + log l per query row, the op's second output (0 for a row that sees no
- * key, as on the CPU: it is never read, and stays finite for check_finite). Masked entries get s = -inf
- * and p = 0 exactly (never exp(-inf - -inf)). They still meet the products as 0 * v: a
- * non-finite v (or k) of a key masked from row t but inside a tile row t visits makes row
- * t NaN, where the CPU, which skips masked keys, stays finite (the later rows that see
- * that key are non-finite on both).
+ * key, as on the CPU: it is never read, and stays finite for check_finite). Masked
+ * entries get s = -inf and p = 0 exactly (never exp(-inf - -inf)). They still meet the
+ * products as 0 * v: a non-finite v (or k) of a key masked from row t but inside a tile
+ * row t visits makes row t NaN, where the CPU, which skips masked keys, stays finite (the
+ * later rows that see that key are non-finite on both).
  *
  * Backward, two kernels, no atomics (every output element is summed by one thread, or
  * one tensor-core fragment chain, in a fixed order, so results repeat exactly):
@@ -84,54 +84,62 @@
  *     delta), dv = sum_t p_t g_t and dk = sum_t ds_t q_t.
  * So the backward runs 7 tile products where the forward runs 2 (dq in kernel 2 would
  * save 2 of them, but only through float atomics or a [T/64, T, D] buffer per head).
+ * bf16: kernel 1 reads all of g anyway (its G tile, rounded as it fills, and delta), so
+ * it also writes the rounded tile to scratch after delta, 256-byte aligned, as dense rows
+ * of D rounded up to 8 (zero past D): [BH, T, d8], 16-byte aligned whatever g's layout.
+ * Kernel 2 copies its G tiles from there by cp.async (GPT-2: 12.6 MB of the 64 MiB
+ * scratch); where the copy does not fit it rounds f32 g itself, at once.
  *
  * Resources per block, shared memory in KB for DM = 64 / 128:
- *                   forward      kernel 1     kernel 2
- *   f32             68 / 116     85 / 149    102 / 166
- *   bf16 (wmma)     53 / 93      62 / 110     71 / 119
- *   bf16 (mma)      27 / 51      36 / 68      36.5 / 68.5
- * Above 48 KB each launch opts in. f32 and wmma: at DM = 64 two blocks fit an SM, and
- * __launch_bounds__ caps registers at 128 for it (ptxas with nvcc 13: no spills, but for
- * 8 bytes in kernel 2 in f32 and kernel 1 in bf16); at DM = 128 one block fits, registers
- * are not capped. mma (ptxas -v, nvcc 13): the forward and kernel 1 are capped for three
- * blocks an SM at DM = 64 (168 registers: 165 and 168 used, no spills) and two at
- * DM = 128 (189 and 220); kernel 2 holds dk and dv (2 DM / 8 accumulator tiles) and is
- * capped for two (250 at DM = 64; 255 and a 12-byte spill at DM = 128). Capping it at
- * 168 for three blocks spilled 106 bytes. Tile fills move 4 float4 a thread per tensor
- * at a time, so the loads in flight fit beside those accumulators.
+ *            forward              kernel 1                 kernel 2
+ *   f32      68 / 116: Q K V P    85 / 149: Q G K V P      102 / 166: K V Q G Pt Dt
+ *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V)    55 / 103: K V 2x(Q G Ls Dl)
+ * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
+ * __launch_bounds__ caps registers at 128 for it; at DM = 128 one block fits, registers
+ * are not capped (ptxas -v, nvcc 13, forward / kernel 1 / kernel 2: 122 / 128 / 128 and
+ * 166 / 168 / 230, no spills). bf16: the forward and kernel 1 are capped for three blocks
+ * an SM at DM = 64 (168 registers: 149 and 168 used; 3 x 54 KB of shared memory fits the
+ * 228 KB of an H100 / H200 SM) and two at DM = 128 (198 and 228); kernel 2 holds dk and
+ * dv (2 DM / 8 accumulator tiles) and is capped for two (240 at DM = 64, 255 at
+ * DM = 128, no spills; capping it at 168 for three blocks spilled 106 bytes before the
+ * tiles were double-buffered). The f32 loads of g are made 4 float4 a thread at a time,
+ * so they fit beside those accumulators. Query tiles stay 64 rows in the forward: 128
+ * rows would halve the copies of each key tile from L2 (which the double buffering now
+ * hides), but at the same 16 rows a warp they cost a block of 8 warps 149 registers a
+ * thread, one block an SM (8 warps, against 12 now), and at 32 rows a warp they double
+ * the accumulators (two blocks of 4 warps at best).
  *
- * Barriers, f32 and wmma: every loop iteration is  sync (the previous iteration's readers
- * are done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. A
- * tensor-core product into registers adds two of its own: sync (the previous product's
- * readers of Sc are done) -> fragments to Sc -> sync -> each thread reads its entries; so
- * does the final read-out of a sum kept in fragments. Anything read after a loop that may
- * run zero times is fenced by its own sync. mma: two a loop iteration, sync (the previous
- * tile's readers are done) -> fill the walked tiles (and lse, delta) -> sync -> every
- * product and the softmax, from registers and the read-only tiles; the tiles filled
- * before the loop are fenced by its first sync, and nothing shared is read after it.
+ * Barriers, f32: every loop iteration is  sync (the previous iteration's readers are
+ * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. bf16: one a
+ * loop iteration. Before the loop each thread issues its copies of the block's own tiles
+ * and of walked tile 0 into buffer 0 (and fills the rest synchronously: g, lse, delta).
+ * Iteration i: cp_wait (this thread's copies of tile i, the only ones in flight, have
+ * landed) -> sync: tile i is whole in buffer i % 2 for every warp, and every warp has
+ * finished iteration i - 1, the last reader of buffer (i + 1) % 2 -> issue tile i + 1
+ * into buffer (i + 1) % 2 (cp.async, or stores for zeros and the synchronous fills) ->
+ * the products of tile i, reading only buffer i % 2 and the block's own tiles; kernel 2
+ * then stores tile i + 1's lse and delta, loaded before its products, into buffer
+ * (i + 1) % 2. So a buffer is written only between the barrier after its last read and
+ * the barrier before its next read. A block that walks no tile still waits for its
+ * copies before it exits; nothing shared is read after the loop.
  */
 #include "cuda.h"
 
 #include <math.h>
-#include <mma.h>
 #include <stdio.h>
 #include <string.h>
-#include <type_traits>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
 
-namespace wm = nvcuda::wmma;
-
 #define FULL 0xffffffffu
-#define NT 256      /* threads per block: a 16 x 16 grid */
+#define NT 256      /* threads per block of the f32 kernels: a 16 x 16 grid */
 #define TR 64       /* rows of a tile (queries or keys) */
-#define LDS (TR + 4) /* stride of a 64 x 64 result in Sc */
 #define DMAX 128    /* largest supported head size */
 /* Blocks per SM the register allocation must allow: two at DM = 64 (their shared memory
    fits twice), one at DM = 128 (it does not, so registers need not be capped). */
 #define MINB(DM) ((DM) == 64 ? 2 : 1)
 
-enum { P_F32 = 0, P_BF16 = 2 }; /* the node's i[2] (1, once tf32, is not recorded) */
+typedef __nv_bfloat16 bf16;
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -147,36 +155,38 @@ typedef struct att_dims {
   att_lay q, k, o;
   int T, S, D;
   int dn;     /* D rounded up to 16: the extent of the score dot products (zero past D) */
+  int d8;     /* D rounded up to 8: the row stride of the bf16 copy of g in scratch */
   int causal;
-  int vec;    /* D and every stride % 4 == 0, every pointer 16-byte aligned: float4 access */
+  int ibf;    /* q, k, v (and o, in the backward) are BF16: the mma kernels; else F32 */
+  int obf;    /* the results o, or dq, dk and dv, are BF16 (rounded once, when stored) */
+  int vec;    /* every row of every tensor starts on a multiple of 4 elements and
+                 D % 4 == 0: 4-element access (float4, or 8 bytes of bf16) */
+  int v8;     /* BF16 q, k and v rows start on multiples of 8 elements (16 bytes) and
+                 D % 8 == 0: their tiles fill by 16-byte cp.async */
   float scale;
 } att_dims;
 
-/* The operands and results of either op: head 0 of batch 0 of each. lse [BH,T] is the
-   forward's second output and the backward's input. */
+/* The operands and results of either op: head 0 of batch 0 of each, of the dtypes ibf and
+   obf say (g and lse are always F32). lse [BH,T] is the forward's second output and the
+   backward's input. */
 typedef struct att_io {
-  const float *q, *k, *v, *o, *g;
-  float *out, *lse, *dq, *dk, *dv;
+  const void *q, *k, *v, *o;
+  const float *g;
+  void *out, *dq, *dk, *dv;
+  float *lse;
 } att_io;
 
-/* Shared tiles of precision PR: element type, strides, sizes. */
-template <int PR> struct elt { typedef float T; };
-template <> struct elt<P_BF16> { typedef __nv_bfloat16 T; };
+/* Shared tiles of the f32 kernels, in floats. */
+template <int DM> struct tl {
+  static constexpr int LD = DM + 4;   /* row stride of q, k, v, g tiles */
+  static constexpr int LDP = TR + 4;  /* row stride of the P / dS tiles */
+  static constexpr int SIZE = TR * LD;
+  static constexpr int PSIZE = TR * LDP;
+  static constexpr int H = DM / 64;   /* float4 per thread per output row */
+};
 
 /* float4 one thread of NT moves per fill of a 64 x DM tile */
 template <int DM> struct per { static constexpr int N = TR * DM / 4 / NT; };
-
-template <int DM, int PR> struct tl {
-  typedef typename elt<PR>::T T;
-  static constexpr int PAD = PR == P_BF16 ? 8 : 4;
-  static constexpr int LD = DM + PAD;            /* row stride of q, k, v, g tiles */
-  static constexpr int LDP = TR + PAD;           /* row stride of the P / dS tiles */
-  static constexpr int SIZE = TR * LD;           /* elements */
-  static constexpr int PSIZE = TR * LDP;
-  static constexpr int H = DM / 64;              /* float4 per thread per output row */
-  static constexpr int LDO = DM + 4;             /* stride of a 64 x DM result in Sc */
-  static constexpr size_t SC = PR == P_F32 ? 0 : sizeof(float) * TR * LDO; /* Sc bytes */
-};
 
 /* Offset of head bh's first row in layout l. */
 __device__ __forceinline__ int64_t head_at(const att_dims &a, const att_lay &l, int64_t bh) {
@@ -202,7 +212,7 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
 
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
    first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
-   (zero past row n and past D), then stash them in a shared tile. */
+   (zero past row n and past D), then stash them in a shared tile of row stride LD. */
 template <int DM, int N = NT, int P>
 __device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, int64_t ld,
                                       const att_dims &a) {
@@ -225,31 +235,31 @@ __device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, i
   }
 }
 __device__ __forceinline__ void put4(float *p, const float4 &v) { *(float4 *)p = v; }
+/* Rounded to bf16 (nearest even): 8 bytes, p 8-byte aligned. */
 __device__ __forceinline__ void put4(__nv_bfloat16 *p, const float4 &v) {
   __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
   uint2 u;
   memcpy(&u.x, &lo, 4);
   memcpy(&u.y, &hi, 4);
-  *(uint2 *)p = u; /* 8-byte aligned: d % 4 == 0 and LD * 2 % 8 == 0 */
+  *(uint2 *)p = u;
 }
-template <int DM, int PR, int N = NT, int P>
-__device__ __forceinline__ void stash(typename tl<DM, PR>::T *dst, const float4 (&r)[P]) {
+template <int DM, int LD, int N = NT, typename T, int P>
+__device__ __forceinline__ void stash(T *dst, const float4 (&r)[P]) {
 #pragma unroll
   for (int k = 0; k < P; k++) {
     int i = (int)threadIdx.x + k * N, row = i / (DM / 4), d = i % (DM / 4) * 4;
-    put4(dst + row * tl<DM, PR>::LD + d, r[k]);
+    put4(dst + row * LD + d, r[k]);
   }
 }
 /* Two tiles at once (k and v, or q and g), of row strides la and lb. */
-template <int DM, int PR>
-__device__ __forceinline__ void fill2(typename tl<DM, PR>::T *da, const float *sa, int64_t la,
-                                      typename tl<DM, PR>::T *db, const float *sb, int64_t lb,
-                                      int n, const att_dims &a) {
+template <int DM>
+__device__ __forceinline__ void fill2(float *da, const float *sa, int64_t la, float *db,
+                                      const float *sb, int64_t lb, int n, const att_dims &a) {
   float4 ra[per<DM>::N], rb[per<DM>::N];
   fetch<DM>(ra, sa, n, la, a);
   fetch<DM>(rb, sb, n, lb, a);
-  stash<DM, PR>(da, ra);
-  stash<DM, PR>(db, rb);
+  stash<DM, tl<DM>::LD>(da, ra);
+  stash<DM, tl<DM>::LD>(db, rb);
 }
 
 /* ---- the f32 products: FMA chains in registers ---- */
@@ -283,8 +293,8 @@ __device__ __forceinline__ void mm_nt(const float *A, const float *B, int dn,
    P a [64][64] tile of stride LDP, M a shared tile of stride LD. */
 template <int DM>
 __device__ __forceinline__ void mm_nn(const float *P, const float *M,
-                                      float (&acc)[4][4 * tl<DM, 0>::H]) {
-  constexpr int LD = tl<DM, 0>::LD, LDP = tl<DM, 0>::LDP, H = tl<DM, 0>::H;
+                                      float (&acc)[4][4 * tl<DM>::H]) {
+  constexpr int LD = tl<DM>::LD, LDP = tl<DM>::LDP, H = tl<DM>::H;
   const float *pp = P + ty_() * 4 * LDP, *pm = M + tx_() * 4;
 #pragma unroll 2
   for (int c = 0; c < TR; c += 4) {
@@ -308,121 +318,45 @@ __device__ __forceinline__ void mm_nn(const float *P, const float *M,
   }
 }
 
-/* ---- the tensor-core products: wmma into Sc, then each thread's entries ---- */
-
-/* Fragment types of precision PR: k extent and the operand's element type. */
-template <int PR> struct wf;
-template <> struct wf<P_BF16> {
-  static constexpr int K = 16;
-  typedef __nv_bfloat16 E;
-  typedef __nv_bfloat16 T;
-};
-
-/* Loads a fragment from shared memory. */
-template <int PR, typename Frag>
-__device__ __forceinline__ void load_frag(Frag &f, const typename wf<PR>::T *p, int ld) {
-  wm::load_matrix_sync(f, p, ld);
-}
-
-/* Sc[64][ldo] = A B over k in [0, kd), the 64 x 16 NB result in 16 x 16 blocks, warp w
-   computing blocks w, w + 8, ... A is [64][lda] row-major. BT: B = M^T for a tile M
-   [16 NB][ldb] (the scores' k^T, whose columns are rows of k); else B is the tile
-   [kd][ldb] itself. Brackets Sc's writes with the barriers that make it safe: the
-   previous product's readers of Sc are done before, the result is whole after. */
-template <int PR, int NB, bool BT>
-__device__ __forceinline__ void tc_mm(const typename wf<PR>::T *A, int lda,
-                                      const typename wf<PR>::T *B, int ldb, int kd, float *Sc,
-                                      int ldo) {
-  constexpr int K = wf<PR>::K;
-  typedef typename wf<PR>::E E;
-  typedef typename std::conditional<BT, wm::col_major, wm::row_major>::type BL;
-  wm::fragment<wm::matrix_a, 16, 16, K, E, wm::row_major> fa;
-  wm::fragment<wm::matrix_b, 16, 16, K, E, BL> fb;
-  wm::fragment<wm::accumulator, 16, 16, K, float> fc;
-  __syncthreads();
-  for (int f = (int)threadIdx.x / 32; f < 4 * NB; f += NT / 32) {
-    int r0 = f / NB * 16, c0 = f % NB * 16;
-    wm::fill_fragment(fc, 0.f);
-#pragma unroll 4
-    for (int k = 0; k < kd; k += K) {
-      load_frag<PR>(fa, A + r0 * lda + k, lda);
-      load_frag<PR>(fb, B + (BT ? c0 * ldb + k : k * ldb + c0), ldb);
-      wm::mma_sync(fc, fa, fb, fc);
-    }
-    wm::store_matrix_sync(Sc + r0 * ldo + c0, fc, ldo, wm::mem_row_major);
-  }
-  __syncthreads();
-}
-
-/* ---- the products every mode shares: results in the f32 path's register layout ---- */
-
-/* acc[i][j] += A[4 ty + i] . B[tx + 16 j] (over d): A, B tiles of stride LD. */
-template <int DM, int PR>
-__device__ __forceinline__ void prod_nt(const typename tl<DM, PR>::T *A,
-                                        const typename tl<DM, PR>::T *B, const att_dims &a,
-                                        float *Sc, float (&acc)[4][4]) {
-  if constexpr (PR == P_F32) {
-    mm_nt<tl<DM, PR>::LD>(A, B, a.dn, acc);
-  } else {
-    tc_mm<PR, 4, true>(A, tl<DM, PR>::LD, B, tl<DM, PR>::LD, a.dn, Sc, LDS);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int j = 0; j < 4; j++) acc[i][j] += Sc[(4 * ty_() + i) * LDS + tx_() + 16 * j];
-  }
-}
-
-/* acc[i][4 h + e] += (P M)[4 ty + i][64 h + 4 tx + e]: P a 64 x 64 tile of stride LDP, M a
-   tile of stride LD. */
-template <int DM, int PR>
-__device__ __forceinline__ void prod_nn(const typename tl<DM, PR>::T *P,
-                                        const typename tl<DM, PR>::T *M, float *Sc,
-                                        float (&acc)[4][4 * tl<DM, PR>::H]) {
-  if constexpr (PR == P_F32) {
-    mm_nn<DM>(P, M, acc);
-  } else {
-    constexpr int LDO = tl<DM, PR>::LDO;
-    tc_mm<PR, DM / 16, false>(P, tl<DM, PR>::LDP, M, tl<DM, PR>::LD, TR, Sc, LDO);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int h = 0; h < tl<DM, PR>::H; h++) {
-        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
-        acc[i][4 * h] += v.x, acc[i][4 * h + 1] += v.y;
-        acc[i][4 * h + 2] += v.z, acc[i][4 * h + 3] += v.w;
-      }
-  }
-}
-
-__device__ __forceinline__ float get(const float *p) { return *p; }
-__device__ __forceinline__ float get(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void set(float *p, float v) { *p = v; }
-__device__ __forceinline__ void set(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
 /* Writes rows [0, n) and columns [0, D) of the thread's part of a 64 x DM result to the
-   rows of stride ld at dst, each value times mul[i]. */
+   rows of stride ld that start at element off of dst, each value times mul[i]: F32, or
+   with a.obf rounded to BF16. */
 template <int DM>
-__device__ __forceinline__ void store_rows(float *dst, int n, int64_t ld, const att_dims &a,
-                                           const float (&acc)[4][4 * tl<DM, 0>::H],
+__device__ __forceinline__ void store_rows(void *dst, int64_t off, int n, int64_t ld,
+                                           const att_dims &a,
+                                           const float (&acc)[4][4 * tl<DM>::H],
                                            const float (&mul)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     int r = ty_() * 4 + i;
     if (r >= n) continue;
 #pragma unroll
-    for (int h = 0; h < tl<DM, 0>::H; h++) {
+    for (int h = 0; h < tl<DM>::H; h++) {
       int d = 64 * h + tx_() * 4;
       if (d >= a.D) continue;
-      float *p = dst + r * ld + d;
+      int64_t e = off + r * ld + d;
       float4 v = make_float4(acc[i][4 * h] * mul[i], acc[i][4 * h + 1] * mul[i],
                              acc[i][4 * h + 2] * mul[i], acc[i][4 * h + 3] * mul[i]);
-      if (a.vec) {
-        *(float4 *)p = v;
+      if (a.obf) {
+        bf16 *p = (bf16 *)dst + e;
+        if (a.vec) {
+          put4(p, v);
+        } else {
+          p[0] = __float2bfloat16_rn(v.x);
+          if (d + 1 < a.D) p[1] = __float2bfloat16_rn(v.y);
+          if (d + 2 < a.D) p[2] = __float2bfloat16_rn(v.z);
+          if (d + 3 < a.D) p[3] = __float2bfloat16_rn(v.w);
+        }
       } else {
-        p[0] = v.x;
-        if (d + 1 < a.D) p[1] = v.y;
-        if (d + 2 < a.D) p[2] = v.z;
-        if (d + 3 < a.D) p[3] = v.w;
+        float *p = (float *)dst + e;
+        if (a.vec) {
+          *(float4 *)p = v;
+        } else {
+          p[0] = v.x;
+          if (d + 1 < a.D) p[1] = v.y;
+          if (d + 2 < a.D) p[2] = v.z;
+          if (d + 3 < a.D) p[3] = v.w;
+        }
       }
     }
   }
@@ -435,100 +369,34 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[4][N]) {
     for (int j = 0; j < N; j++) x[i][j] = 0.f;
 }
 
-/* A 64 x DM result summed over a loop of products P M (dq, dk, dv): in the f32 path the
-   thread's registers in the layout of prod_nn; with tensor cores, fragments that stay in
-   registers for the whole loop (warp w holds blocks w, w + 8, ...), so a product costs no
-   trip through Sc and no barrier, and the sum goes through Sc once, at the end. */
-template <int DM, int PR> struct accum {
-  typedef typename wf<PR>::T T;
-  static constexpr int K = wf<PR>::K, NB = DM / 16, NF = 4 * NB / (NT / 32);
-  wm::fragment<wm::accumulator, 16, 16, K, float> f[NF];
-  __device__ __forceinline__ void clear(void) {
-#pragma unroll
-    for (int i = 0; i < NF; i++) wm::fill_fragment(f[i], 0.f);
-  }
-  /* P [64][LDP], M [64][LD]: both whole (the caller's barrier) */
-  __device__ __forceinline__ void add(const T *P, const T *M) {
-    wm::fragment<wm::matrix_a, 16, 16, K, typename wf<PR>::E, wm::row_major> fa;
-    wm::fragment<wm::matrix_b, 16, 16, K, typename wf<PR>::E, wm::row_major> fb;
-#pragma unroll
-    for (int i = 0; i < NF; i++) {
-      int b = (int)threadIdx.x / 32 + i * (NT / 32), r0 = b / NB * 16, c0 = b % NB * 16;
-#pragma unroll 4
-      for (int k = 0; k < TR; k += K) {
-        load_frag<PR>(fa, P + r0 * tl<DM, PR>::LDP + k, tl<DM, PR>::LDP);
-        load_frag<PR>(fb, M + k * tl<DM, PR>::LD + c0, tl<DM, PR>::LD);
-        wm::mma_sync(f[i], fa, fb, f[i]);
-      }
-    }
-  }
-  /* Rows [0, n) to dst (row stride ld), through Sc, between the barriers that make it
-     safe. */
-  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
-                                        float *Sc) {
-    constexpr int LDO = tl<DM, PR>::LDO;
-    __syncthreads(); /* Sc's previous readers are done */
-#pragma unroll
-    for (int i = 0; i < NF; i++) {
-      int b = (int)threadIdx.x / 32 + i * (NT / 32);
-      wm::store_matrix_sync(Sc + b / NB * 16 * LDO + b % NB * 16, f[i], LDO,
-                            wm::mem_row_major);
-    }
-    __syncthreads();
-    float r[4][4 * tl<DM, PR>::H], one[4] = {1.f, 1.f, 1.f, 1.f};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int h = 0; h < tl<DM, PR>::H; h++) {
-        float4 v = *(const float4 *)(Sc + (4 * ty_() + i) * LDO + 64 * h + 4 * tx_());
-        r[i][4 * h] = v.x, r[i][4 * h + 1] = v.y, r[i][4 * h + 2] = v.z, r[i][4 * h + 3] = v.w;
-      }
-    store_rows<DM>(dst, n, ld, a, r, one);
-  }
-};
-template <int DM> struct accum<DM, P_F32> {
-  float r[4][4 * tl<DM, P_F32>::H];
-  __device__ __forceinline__ void clear(void) { zero(r); }
-  __device__ __forceinline__ void add(const float *P, const float *M) { mm_nn<DM>(P, M, r); }
-  __device__ __forceinline__ void store(float *dst, int n, int64_t ld, const att_dims &a,
-                                        float *) {
-    float one[4] = {1.f, 1.f, 1.f, 1.f};
-    store_rows<DM>(dst, n, ld, a, r, one);
-  }
-};
-
 /* p = exp(scale s - lse) and ds = p (dp - delta) scale on the thread's entries (row 4 ty + i,
    column tx + 16 j) of a 64 x 64 tile, 0 where vis(i, j) is false: s = A.B^T, dp = C.E^T.
    p goes to P and is read back for ds, so one 4 x 4 accumulator is live at a time (the
    registers matter: two blocks must fit an SM at DM = 64); DS may be P (ds replaces p).
    ROWS: lse and delta belong to rows i (queries are rows), else to columns j. */
-template <int DM, int PR, bool ROWS, typename Vis>
-__device__ __forceinline__ void p_ds(const typename tl<DM, PR>::T *A,
-                                     const typename tl<DM, PR>::T *B,
-                                     const typename tl<DM, PR>::T *C,
-                                     const typename tl<DM, PR>::T *E, const att_dims &a,
-                                     const float (&ls)[4], const float (&dl)[4], Vis vis,
-                                     typename tl<DM, PR>::T *P, typename tl<DM, PR>::T *DS,
-                                     float *Sc) {
-  constexpr int LDP = tl<DM, PR>::LDP;
+template <int DM, bool ROWS, typename Vis>
+__device__ __forceinline__ void p_ds(const float *A, const float *B, const float *C,
+                                     const float *E, const att_dims &a, const float (&ls)[4],
+                                     const float (&dl)[4], Vis vis, float *P, float *DS) {
+  constexpr int LD = tl<DM>::LD, LDP = tl<DM>::LDP;
   float acc[4][4];
   zero(acc);
-  prod_nt<DM, PR>(A, B, a, Sc, acc);
+  mm_nt<LD>(A, B, a.dn, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      set(P + (4 * ty_() + i) * LDP + tx_() + 16 * j,
-          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f);
+      P[(4 * ty_() + i) * LDP + tx_() + 16 * j] =
+          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f;
   zero(acc);
-  prod_nt<DM, PR>(C, E, a, Sc, acc);
+  mm_nt<LD>(C, E, a.dn, acc);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       int e = (4 * ty_() + i) * LDP + tx_() + 16 * j; /* this thread's own p */
-      float ds = get(P + e) * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale;
-      set(DS + e, vis(i, j) ? ds : 0.f);
+      float ds = P[e] * (acc[i][j] - (ROWS ? dl[i] : dl[j])) * a.scale;
+      DS[e] = vis(i, j) ? ds : 0.f;
     }
 }
 
@@ -545,48 +413,45 @@ __device__ __forceinline__ void query_tile(const att_dims &a, int64_t &bh, int &
 
 /* Key tile j0 (kn rows) into Ks and Vs, between the barriers that make it safe: the
    previous tile's readers of Ks, Vs and Ps are done before, the tile is whole after. */
-template <int DM, int PR>
+template <int DM>
 __device__ __forceinline__ void key_tile(const att_dims &a, const float *Kb, const float *Vb,
-                                         int j0, int kn, typename tl<DM, PR>::T *Ks,
-                                         typename tl<DM, PR>::T *Vs) {
+                                         int j0, int kn, float *Ks, float *Vs) {
   __syncthreads();
-  fill2<DM, PR>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
+  fill2<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
   __syncthreads();
 }
 
 /* 1 / l, and 0 for a row with no visible key (l == 0; a NaN l stays NaN). */
 __device__ __forceinline__ float inv_or_zero(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
-/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP], Sc. */
-template <int DM, int PR>
+/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
-  constexpr int LDP = tl<DM, PR>::LDP;
+  constexpr int LDP = tl<DM>::LDP;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Qs = (T *)att_sm, *Ks = Qs + tl<DM, PR>::SIZE, *Vs = Ks + tl<DM, PR>::SIZE;
-  T *Ps = Vs + tl<DM, PR>::SIZE;
-  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
+  float *Qs = (float *)att_sm, *Ks = Qs + tl<DM>::SIZE, *Vs = Ks + tl<DM>::SIZE;
+  float *Ps = Vs + tl<DM>::SIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
+  const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
   {
     float4 r[per<DM>::N];
-    fetch<DM>(r, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
-    stash<DM, PR>(Qs, r);
+    fetch<DM>(r, (const float *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a);
+    stash<DM, tl<DM>::LD>(Qs, r);
   }
-  float m[4], l[4], o[4][4 * tl<DM, PR>::H];
+  float m[4], l[4], o[4][4 * tl<DM>::H];
 #pragma unroll
   for (int i = 0; i < 4; i++) m[i] = -INFINITY, l[i] = 0.f;
   zero(o);
   for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
     int kn = min(TR, nk - j0);
-    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs);
+    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs);
     float s[4][4];
     zero(s);
-    prod_nt<DM, PR>(Qs, Ks, a, Sc, s);
+    mm_nt<tl<DM>::LD>(Qs, Ks, a.dn, s);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       int t = t0 + 4 * ty + i;
@@ -606,15 +471,15 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
       for (int j = 0; j < 4; j++) {
         float p = s[i][j] == -INFINITY ? 0.f : expf(s[i][j] - mu);
         ps += p;
-        set(Ps + (4 * ty + i) * LDP + tx + 16 * j, p);
+        Ps[(4 * ty + i) * LDP + tx + 16 * j] = p;
       }
       l[i] = l[i] * al + sum16(ps);
       m[i] = mn;
 #pragma unroll
-      for (int k = 0; k < 4 * tl<DM, PR>::H; k++) o[i][k] *= al;
+      for (int k = 0; k < 4 * tl<DM>::H; k++) o[i][k] *= al;
     }
     __syncthreads(); /* Ps written */
-    prod_nn<DM, PR>(Ps, Vs, Sc, o);
+    mm_nn<DM>(Ps, Vs, o);
   }
   float inv[4];
   int64_t row = bh * a.T + t0;
@@ -624,35 +489,33 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
     int r = 4 * ty + i;
     if (tx == 0 && r < nq) io.lse[row + r] = l[i] == 0.f ? 0.f : m[i] + logf(l[i]);
   }
-  store_rows<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
+  store_rows<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, inv);
 }
 
 /* Backward kernel 1, per query tile: delta of its rows (to scratch), then dq. Shared: Qs,
-   Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds), Sc. */
-template <int DM, int PR>
+   Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds). */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_q_k(const att_io io, float *__restrict__ delta, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Qs = (T *)att_sm, *Gs = Qs + tl<DM, PR>::SIZE, *Ks = Gs + tl<DM, PR>::SIZE;
-  T *Vs = Ks + tl<DM, PR>::SIZE, *Ps = Vs + tl<DM, PR>::SIZE;
-  float *Sc = (float *)(Ps + tl<DM, PR>::PSIZE);
+  float *Qs = (float *)att_sm, *Gs = Qs + tl<DM>::SIZE, *Ks = Gs + tl<DM>::SIZE;
+  float *Vs = Ks + tl<DM>::SIZE, *Ps = Vs + tl<DM>::SIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  fill2<DM, PR>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
-  /* delta = g.o from global f32 (the forward's o; g unrounded in every mode) */
+  const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
+  fill2<DM>(Qs, (const float *)io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
+  /* delta = g.o from global memory (the forward's o) */
   float ls[4], dl[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     int r = 4 * ty + i;
     float part = 0.f;
     if (r < nq) {
-      const float *g = io.g + goff + r * a.o.sr, *o = io.o + goff + r * a.o.sr;
+      const float *g = io.g + goff + r * a.o.sr, *o = (const float *)io.o + goff + r * a.o.sr;
       for (int d = tx; d < a.D; d += 16) part = fmaf(g[d], o[d], part);
     }
     dl[i] = sum16(part);
@@ -660,44 +523,43 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     if (tx == 0 && r < nq) delta[row + r] = dl[i];
   }
   if (!io.dq) return; /* uniform over the block */
-  accum<DM, PR> dq;
-  dq.clear();
+  float dq[4][4 * tl<DM>::H];
+  zero(dq);
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
-    key_tile<DM, PR>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
-    p_ds<DM, PR, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
+    key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
+    p_ds<DM, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
       int c = tx + 16 * j;
       return c < kn && (!a.causal || j0 + c <= t0 + 4 * ty + i);
-    }, Ps, Ps, Sc);
+    }, Ps, Ps);
     __syncthreads(); /* Ps written */
-    dq.add(Ps, Ks);
+    mm_nn<DM>(Ps, Ks, dq);
   }
-  dq.store(io.dq + qoff, nq, a.q.sr, a, Sc);
+  const float one[4] = {1.f, 1.f, 1.f, 1.f};
+  store_rows<DM>(io.dq, qoff, nq, a.q.sr, a, dq, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, which is heaviest first when causal: the
    first key tiles are seen by the most queries): over the query tiles that see its keys,
    in order of t, dv = sum_t p_t g_t and dk = sum_t ds_t q_t. The 4 x 4 micro-tiles here
    are transposed: rows are keys, columns queries. Shared: Ks, Vs, Qs, Gs [64][LD],
-   Pt, Dt [64][LDP] (p and ds, key-major), Sc. */
-template <int DM, int PR>
+   Pt, Dt [64][LDP] (p and ds, key-major). */
+template <int DM>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_kv_k(const att_io io, const float *__restrict__ delta, const att_dims a) {
-  typedef typename tl<DM, PR>::T T;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  T *Ks = (T *)att_sm, *Vs = Ks + tl<DM, PR>::SIZE, *Qs = Vs + tl<DM, PR>::SIZE;
-  T *Gs = Qs + tl<DM, PR>::SIZE, *Pt = Gs + tl<DM, PR>::SIZE, *Dt = Pt + tl<DM, PR>::PSIZE;
-  float *Sc = (float *)(Dt + tl<DM, PR>::PSIZE);
+  float *Ks = (float *)att_sm, *Vs = Ks + tl<DM>::SIZE, *Qs = Vs + tl<DM>::SIZE;
+  float *Gs = Qs + tl<DM>::SIZE, *Pt = Gs + tl<DM>::SIZE, *Dt = Pt + tl<DM>::PSIZE;
   const int tx = tx_(), ty = ty_();
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
-  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const float *Qb = (const float *)io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  fill2<DM, PR>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
-  accum<DM, PR> dk, dv;
-  dk.clear();
-  dv.clear();
+  fill2<DM>(Ks, (const float *)io.k + koff, a.k.sr, Vs, (const float *)io.v + koff, a.k.sr, kn, a);
+  float dk[4][4 * tl<DM>::H], dv[4][4 * tl<DM>::H];
+  zero(dk);
+  zero(dv);
   for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
     int tn = min(TR, a.T - t0);
     float ls[4], dl[4];
@@ -708,18 +570,19 @@ __global__ void __launch_bounds__(NT, MINB(DM))
       dl[j] = r < tn ? db[t0 + r] : 0.f;
     }
     __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Pt, Dt consumed */
-    fill2<DM, PR>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
+    fill2<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
     __syncthreads();
-    p_ds<DM, PR, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
+    p_ds<DM, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
       int c = 4 * ty + i, r = tx + 16 * j;
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
-    }, Pt, Dt, Sc);
+    }, Pt, Dt);
     __syncthreads(); /* Pt, Dt written */
-    if (io.dv) dv.add(Pt, Gs);
-    if (io.dk) dk.add(Dt, Qs);
+    if (io.dv) mm_nn<DM>(Pt, Gs, dv);
+    if (io.dk) mm_nn<DM>(Dt, Qs, dk);
   }
-  if (io.dk) dk.store(io.dk + koff, kn, a.k.sr, a, Sc);
-  if (io.dv) dv.store(io.dv + koff, kn, a.k.sr, a, Sc);
+  const float one[4] = {1.f, 1.f, 1.f, 1.f};
+  if (io.dk) store_rows<DM>(io.dk, koff, kn, a.k.sr, a, dk, one);
+  if (io.dv) store_rows<DM>(io.dv, koff, kn, a.k.sr, a, dv, one);
 }
 
 /* ---- the bf16 path: mma.sync m16n8k16 with the score tiles in registers ---- */
@@ -731,9 +594,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
    kernel 1 fit 168 registers at DM = 64; kernel 2 holds dk and dv and gets 255. */
 #define MMB(DM) ((DM) == 64 ? 3 : 2)
 #define MMB_KV 2
-#define FC 4 /* float4 a thread loads per tile per chunk of mfill */
-
-typedef __nv_bfloat16 bf16;
+#define FC 4 /* float4 a thread loads per chunk of gfill */
 
 /* One m16n8 f32 accumulator tile: c[0], c[1] at row g, columns 2 q, 2 q + 1; c[2], c[3]
    at row g + 8 (g = lane / 4, q = lane % 4). */
@@ -785,22 +646,73 @@ __device__ __forceinline__ float hi2(unsigned u) {
 }
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
-/* Rows [0, n) of one or two f32 tiles into bf16 tiles [64][DM + 8], in chunks of 8 float4
-   a thread (64 rows at DM = 64, 32 at DM = 128), so at most 16 loads per thread are in
-   flight: the accumulators the callers hold (up to 128 registers in the key pass at
-   DM = 128) must fit beside them. */
+/* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
+   completing at the issuing thread's next cp_wait; the memory clobbers keep ordinary
+   shared accesses on their side of it. */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm_addr(dst)),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+/* Every copy this thread issued has landed (visible to the block after a barrier):
+   wait_all commits the copies not yet in a group and waits for every group. */
+__device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Rows [0, n) of a bf16 tile at src (row stride ld, D columns) into the shared tile dst
+   [64][DM + 8], zero past row n and past D, in 16-byte chunks (8 columns; thread i takes
+   chunks i, i + 128, ..., so a quarter-warp's 8 chunks are 128 consecutive bytes of one
+   row). vec: every row starts 16-byte aligned and a chunk that starts before D may be
+   read whole (D % 8 == 0, or zeros up to a multiple of 8 as in the copy of g): each chunk
+   is one cp16, complete at the caller's cp_wait. Otherwise 2-byte loads, stored before
+   returning (loop not unrolled: the callers' accumulators need the registers). */
 template <int DM>
-__device__ __forceinline__ void mfill(bf16 *da, const float *sa, int64_t la, bf16 *db,
-                                      const float *sb, int64_t lb, int n,
-                                      const att_dims &a) {
+__device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t ld, int D,
+                                      bool vec) {
+  constexpr int CR = DM / 8, LD = DM + 8; /* chunks per row, tile row stride */
+  if (vec) {
+#pragma unroll
+    for (int k = 0; k < TR * CR / MT; k++) {
+      int i = (int)threadIdx.x + k * MT, r = i / CR, d = i % CR * 8;
+      bf16 *s = dst + r * LD + d;
+      if (r < n && d < D)
+        cp16(s, src + r * ld + d);
+      else
+        *(uint4 *)s = make_uint4(0u, 0u, 0u, 0u);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int i = (int)threadIdx.x; i < TR * CR; i += MT) {
+    int r = i / CR, d = i % CR * 8;
+    unsigned h[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      h[e] = r < n && d + e < D ? __bfloat16_as_ushort(src[r * ld + d + e]) : 0u;
+    *(uint4 *)(dst + r * LD + d) =
+        make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+  }
+}
+
+/* Rows [0, n) of f32 g (row stride ld) rounded to bf16 (nearest even) into the shared
+   tile dst [64][DM + 8], zero past row n and past D, and with cp also into rows [0, n) of
+   stride a.d8 at cp (columns [0, d8): zero past D). Synchronous, in chunks of FC float4 a
+   thread (32 rows at DM = 64, 16 at DM = 128), so few loads are in flight beside the
+   callers' accumulators (up to 128 registers in kernel 2 at DM = 128). */
+template <int DM>
+__device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_t ld,
+                                      const att_dims &a, bf16 *cp) {
   constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
 #pragma unroll
   for (int r0 = 0; r0 < TR; r0 += RC) {
-    float4 ra[FC], rb[FC];
-    fetch<DM, MT>(ra, sa + r0 * la, n - r0, la, a);
-    if (db) fetch<DM, MT>(rb, sb + r0 * lb, n - r0, lb, a);
-    stash<DM, P_BF16, MT>(da + r0 * LD, ra);
-    if (db) stash<DM, P_BF16, MT>(db + r0 * LD, rb);
+    float4 v[FC];
+    fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
+    stash<DM, LD, MT>(dst + r0 * LD, v);
+    if (!cp) continue;
+#pragma unroll
+    for (int k = 0; k < FC; k++) {
+      int i = (int)threadIdx.x + k * MT, r = r0 + i / (DM / 4), d = i % (DM / 4) * 4;
+      if (r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned: d8 % 8 == 0 */
+    }
   }
 }
 
@@ -886,11 +798,11 @@ template <int N> __device__ __forceinline__ void zero8(acc8 (&x)[N]) {
 }
 
 /* Writes the lane's entries of a warp's 16 x DM result (rows r0 + g, r0 + g + 8 of the
-   block's tile, columns < D) to the rows of stride ld at dst, skipping rows >= n; row
-   half h times mul[h]. */
+   block's tile, columns < D) to the rows of stride ld that start at element off of dst,
+   F32 or, with a.obf, rounded to BF16; skips rows >= n; row half h times mul[h]. */
 template <int DM>
-__device__ __forceinline__ void mstore(float *dst, int n, int64_t ld, const att_dims &a,
-                                       const acc8 (&acc)[DM / 8], int r0,
+__device__ __forceinline__ void mstore(void *dst, int64_t off, int n, int64_t ld,
+                                       const att_dims &a, const acc8 (&acc)[DM / 8], int r0,
                                        const float (&mul)[2]) {
   const int l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
 #pragma unroll
@@ -901,42 +813,64 @@ __device__ __forceinline__ void mstore(float *dst, int n, int64_t ld, const att_
     for (int t = 0; t < DM / 8; t++) {
       int d = 8 * t + c2;
       if (d >= a.D) continue;
-      float *p = dst + r * ld + d, v0 = acc[t][2 * h] * mul[h], v1 = acc[t][2 * h + 1] * mul[h];
-      if (a.vec) {
-        *(float2 *)p = make_float2(v0, v1); /* d even, rows 16-byte aligned */
+      int64_t e = off + r * ld + d;
+      float v0 = acc[t][2 * h] * mul[h], v1 = acc[t][2 * h + 1] * mul[h];
+      if (a.obf) {
+        bf16 *p = (bf16 *)dst + e;
+        if (a.vec) { /* d even, rows on 4 elements */
+          *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v0, v1);
+        } else {
+          p[0] = __float2bfloat16_rn(v0);
+          if (d + 1 < a.D) p[1] = __float2bfloat16_rn(v1);
+        }
       } else {
-        p[0] = v0;
-        if (d + 1 < a.D) p[1] = v1;
+        float *p = (float *)dst + e;
+        if (a.vec) {
+          *(float2 *)p = make_float2(v0, v1);
+        } else {
+          p[0] = v0;
+          if (d + 1 < a.D) p[1] = v1;
+        }
       }
     }
   }
 }
 
 /* Forward, one block of 4 warps per (bh, query tile), warp w owning query rows
-   16 w .. 16 w + 15. Shared: Qs, Ks, Vs [64][DM + 8] bf16. Statistics in the base-2
+   16 w .. 16 w + 15. Shared: Qs, and Ks, Vs twice, [64][DM + 8] bf16: key tile j works
+   from buffer j % 2 while tile j + 1 lands in the other. Statistics in the base-2
    domain: m = running max of s log2(e), p = 2^(s log2(e) - m). */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, const att_dims a) {
-  constexpr int LD = DM + 8;
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *Ks = Qs + TR * LD, *Vs = Ks + TR * LD;
+  bf16 *Qs = (bf16 *)att_sm, *KV = Qs + TS; /* buffer b: Ks at KV + 2 b TS, Vs after it */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  mfill<DM>(Qs, io.q + head_at(a, a.q, bh) + t0 * a.q.sr, a.q.sr, nullptr, nullptr, 0, nq, a);
+  const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
+  auto kv_tile = [&](int j0, int b) { /* keys [j0, j0 + 64) of [0, nk) into buffer b */
+    int kn = min(TR, nk - j0);
+    bf16 *Kd = KV + 2 * b * TS;
+    bfill<DM>(Kd, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+  };
+  bfill<DM>(Qs, (const bf16 *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a.D,
+            a.v8);
+  if (nk > 0) kv_tile(0, 0);
   const float sl = a.scale * LOG2E;
   const int t = t0 + 16 * w + g; /* the lane's rows: t and t + 8 */
   float m[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
   acc8 o[DM / 8];
   zero8(o);
-  for (int j0 = 0; j0 < nk; j0 += TR) { /* the online softmax over the key tiles */
+  for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) { /* online softmax over key tiles */
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done (and Qs is whole) */
-    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
-    __syncthreads();
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    __syncthreads(); /* tile j0 is whole in buffer b; every warp is done with buffer b ^ 1 */
+    if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1); /* lands while this tile is worked on */
+    const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
     acc8 s[8];
     mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
     bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0); /* no entry masked */
@@ -981,6 +915,7 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
     to_a(p, s);
     mma_pm<DM>(o, p, Vs, a.dn);
   }
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   float inv[2];
   int64_t row = bh * a.T + t0;
 #pragma unroll
@@ -989,33 +924,47 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
     int r = 16 * w + g + 8 * h;
     if ((l & 3) == 0 && r < nq) io.lse[row + r] = ls[h] == 0.f ? 0.f : (m[h] + log2f(ls[h])) * LN2;
   }
-  mstore<DM>(io.out + head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
+  mstore<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
 }
 
 /* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
-   its rows (to scratch), then dq. Shared: Qs, Gs, Ks, Vs [64][DM + 8] bf16. */
+   its rows (to scratch), g rounded to bf16 (to gc, when not NULL: rows of d8 in the
+   order of lse's, for kernel 2), then dq. Shared: Qs, Gs, and Ks, Vs twice (as in the
+   forward), [64][DM + 8] bf16. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB(DM))
-    att_bwd_q_mma(const att_io io, float *__restrict__ delta, const att_dims a) {
-  constexpr int LD = DM + 8;
+    att_bwd_q_mma(const att_io io, float *__restrict__ delta, bf16 *__restrict__ gc,
+                  const att_dims a) {
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TR * LD, *Ks = Gs + TR * LD, *Vs = Ks + TR * LD;
+  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TS, *KV = Gs + TS; /* buffer b: KV + 2 b TS */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
-  const float *Kb = io.k + koff, *Vb = io.v + koff;
-  mfill<DM>(Qs, io.q + qoff, a.q.sr, Gs, io.g + goff, a.o.sr, nq, a);
-  /* delta = g.o from global f32 (the forward's o; g unrounded), a row per warp step */
+  const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
+  auto kv_tile = [&](int j0, int b) { /* keys [j0, j0 + 64) of [0, nk) into buffer b */
+    int kn = min(TR, nk - j0);
+    bf16 *Kd = KV + 2 * b * TS;
+    bfill<DM>(Kd, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+    bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
+  };
+  if (io.dq) { /* in flight during the delta pass */
+    bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
+    if (nk > 0) kv_tile(0, 0);
+  }
+  gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr);
+  /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
   float dl[2] = {0.f, 0.f}, lg[2];
   for (int i = 0; i < 16; i++) {
     int r = 16 * w + i;
     float part = 0.f;
     if (r < nq) {
-      const float *gr = io.g + goff + r * a.o.sr, *orow = io.o + goff + r * a.o.sr;
-      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], orow[d], part);
+      const float *gr = io.g + goff + r * a.o.sr;
+      const bf16 *orow = (const bf16 *)io.o + goff + r * a.o.sr;
+      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], __bfloat162float(orow[d]), part);
     }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) part += __shfl_xor_sync(FULL, part, o);
@@ -1033,11 +982,12 @@ __global__ void __launch_bounds__(MT, MMB(DM))
   const int t = t0 + 16 * w + g;
   acc8 dq[DM / 8];
   zero8(dq);
-  for (int j0 = 0; j0 < nk; j0 += TR) {
+  for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) {
     int kn = min(TR, nk - j0);
-    __syncthreads(); /* the previous tile's readers are done (and Qs, Gs are whole) */
-    mfill<DM>(Ks, Kb + j0 * a.k.sr, a.k.sr, Vs, Vb + j0 * a.k.sr, a.k.sr, kn, a);
-    __syncthreads();
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    __syncthreads(); /* tile j0 whole in buffer b (Qs, Gs too); buffer b ^ 1 is free */
+    if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1);
+    const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
     bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0);
     auto vis = [&](int n, int e) {
       int c = 8 * n + c2 + (e & 1);
@@ -1060,44 +1010,73 @@ __global__ void __launch_bounds__(MT, MMB(DM))
     to_a(ds, s);
     mma_pm<DM>(dq, ds, Ks, a.dn);
   }
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   const float one[2] = {1.f, 1.f};
-  mstore<DM>(io.dq + qoff, nq, a.q.sr, a, dq, 16 * w, one);
+  mstore<DM>(io.dq, qoff, nq, a.q.sr, a, dq, 16 * w, one);
 }
 
 /* Backward kernel 2, per key tile (in key order, heaviest first when causal), warp w
    owning key rows 16 w .. 16 w + 15: over the query tiles that see its keys, in order of
    t, the transposed tiles p^T and ds^T (rows keys, columns queries) in registers, which
-   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, Qs, Gs [64][DM + 8]
-   bf16, Ls, Dl [64] f32 (the query tile's lse log2(e) and delta). */
+   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, and twice Qs, Gs
+   [64][DM + 8] bf16 and Ls, Dl [64] f32 (the query tile's lse log2(e) and delta): query
+   tile i works from buffer i % 2 while tile i + 1 fills the other. G tiles come from
+   kernel 1's bf16 copy gc by cp.async, or when gc is NULL from f32 g, rounded here. */
 template <int DM>
 __global__ void __launch_bounds__(MT, MMB_KV)
-    att_bwd_kv_mma(const att_io io, const float *__restrict__ delta, const att_dims a) {
-  constexpr int LD = DM + 8;
+    att_bwd_kv_mma(const att_io io, const float *__restrict__ delta,
+                   const bf16 *__restrict__ gc, const att_dims a) {
+  constexpr int LD = DM + 8, TS = TR * LD;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TR * LD, *Qs = Vs + TR * LD, *Gs = Qs + TR * LD;
-  float *Ls = (float *)(Gs + TR * LD), *Dl = Ls + TR;
+  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TS, *QG = Vs + TS; /* buffer b: QG + 2 b TS */
+  float *Ls = (float *)(QG + 4 * TS), *Dl = Ls + 2 * TR;   /* buffer b: + b TR */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh = (int64_t)blockIdx.x % a.BH;
   int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
-  const float *Qb = io.q + head_at(a, a.q, bh), *Gb = io.g + head_at(a, a.o, bh);
+  const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
+  const float *Gb = io.g + head_at(a, a.o, bh);
+  const bf16 *Cb = gc ? gc + bh * a.T * a.d8 : nullptr;
+  const int64_t cs = TR * a.d8; /* the copy's step from one query tile to the next */
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  mfill<DM>(Ks, io.k + koff, a.k.sr, Vs, io.v + koff, a.k.sr, kn, a);
+  const int tf = a.causal ? s0 / TR * TR : 0; /* the first query tile that sees a key */
+  auto qg_tile = [&](int t0, int b) { /* queries [t0, t0 + 64) of [0, T) into buffer b */
+    int tn = min(TR, a.T - t0);
+    bf16 *Qd = QG + 2 * b * TS;
+    bfill<DM>(Qd, Qb + t0 * a.q.sr, tn, a.q.sr, a.D, a.v8);
+    if (Cb) /* rows 16-byte aligned, zero from D to d8 */
+      bfill<DM>(Qd + TS, Cb + t0 / TR * cs, tn, a.d8, a.D, true);
+    else
+      gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a, nullptr);
+  };
+  bfill<DM>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
+  bfill<DM>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
+  if (tf < a.T) {
+    qg_tile(tf, 0);
+    int r = (int)threadIdx.x;
+    if (r < TR) {
+      Ls[r] = tf + r < a.T ? lb[tf + r] * LOG2E : 0.f;
+      Dl[r] = tf + r < a.T ? db[tf + r] : 0.f;
+    }
+  }
   const float sl = a.scale * LOG2E;
   const int c = 16 * w + g; /* the lane's key rows: c and c + 8 of the tile */
   acc8 dk[DM / 8], dv[DM / 8];
   zero8(dk);
   zero8(dv);
-  for (int t0 = a.causal ? s0 / TR * TR : 0; t0 < a.T; t0 += TR) {
+  for (int t0 = tf, b = 0; t0 < a.T; t0 += TR, b ^= 1) {
     int tn = min(TR, a.T - t0);
-    __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Ls, Dl consumed */
-    mfill<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
-    if (threadIdx.x < TR) {
-      int r = (int)threadIdx.x;
-      Ls[r] = r < tn ? lb[t0 + r] * LOG2E : 0.f;
-      Dl[r] = r < tn ? db[t0 + r] : 0.f;
+    cp_wait();       /* this thread's copies of tile t0 (and of Ks, Vs) have landed */
+    __syncthreads(); /* tile t0 whole in buffer b (Ks, Vs too); buffer b ^ 1 is free */
+    const bool next = t0 + TR < a.T;
+    float nl = 0.f, nd = 0.f; /* the next tile's Ls, Dl of row threadIdx.x, stored below */
+    if (next) {
+      qg_tile(t0 + TR, b ^ 1);
+      int r = t0 + TR + (int)threadIdx.x;
+      if (threadIdx.x < TR && r < a.T) nl = lb[r] * LOG2E, nd = db[r];
     }
-    __syncthreads();
+    const bf16 *Qs = QG + 2 * b * TS, *Gs = Qs + TS;
+    const float *Lt = Ls + b * TR, *Dt = Dl + b * TR;
     bool full = kn == TR && tn == TR && (!a.causal || t0 >= s0 + TR - 1);
     auto vis = [&](int n, int e) {
       int r = 8 * n + c2 + (e & 1), ck = c + 8 * (e >> 1);
@@ -1110,7 +1089,7 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     for (int n = 0; n < 8; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++)
-        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Ls[8 * n + c2 + (e & 1)]) : 0.f;
+        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Lt[8 * n + c2 + (e & 1)]) : 0.f;
     to_a(p, s);
     if (io.dv) mma_pm<DM>(dv, p, Gs, a.dn);
     if (io.dk) {
@@ -1119,30 +1098,50 @@ __global__ void __launch_bounds__(MT, MMB_KV)
       for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float d = Dl[8 * n + c2 + (e & 1)];
+          float d = Dt[8 * n + c2 + (e & 1)];
           s[n][e] = ds_of(from_a(p, n, e), s[n][e], d, a.scale);
         }
       to_a(ds, s);
       mma_pm<DM>(dk, ds, Qs, a.dn);
     }
+    if (next && threadIdx.x < TR) { /* buffer b ^ 1 is read only after the next barrier */
+      Ls[(b ^ 1) * TR + threadIdx.x] = nl;
+      Dl[(b ^ 1) * TR + threadIdx.x] = nd;
+    }
   }
+  cp_wait(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
   const float one[2] = {1.f, 1.f};
-  if (io.dk) mstore<DM>(io.dk + koff, kn, a.k.sr, a, dk, 16 * w, one);
-  if (io.dv) mstore<DM>(io.dv + koff, kn, a.k.sr, a, dv, 16 * w, one);
+  if (io.dk) mstore<DM>(io.dk, koff, kn, a.k.sr, a, dk, 16 * w, one);
+  if (io.dv) mstore<DM>(io.dv, koff, kn, a.k.sr, a, dv, 16 * w, one);
 }
 
-/* Dynamic shared memory of each kernel: tiles, P tiles, Sc. */
-template <int DM, int PR> size_t smem_bytes(int tiles, int ptiles) {
-  typedef tl<DM, PR> L;
-  return sizeof(typename L::T) * (size_t)(tiles * L::SIZE + ptiles * L::PSIZE) + L::SC;
+/* Dynamic shared memory of the f32 kernels: tiles [64][DM + 4] and P tiles [64][68]. */
+template <int DM> size_t smem_bytes(int tiles, int ptiles) {
+  return sizeof(float) * (size_t)(tiles * tl<DM>::SIZE + ptiles * tl<DM>::PSIZE);
 }
 
-/* The dims, layouts and pointers of either op (as the CPU's attn_shape). */
+/* The rows of the tensor at p (elements of es bytes, layout l, D columns) start on
+   multiples of n elements and D is one, so an n-element access stays inside a row. An
+   absent tensor (NULL) passes. */
+bool rows_on(const void *p, size_t es, const att_lay &l, int D, int n) {
+  return (uintptr_t)p % (es * (size_t)n) == 0 && (l.sb | l.sh | l.sr | (int64_t)D) % n == 0;
+}
+
+/* The dims, layouts and pointers of either op (as the CPU's attn_shape), once att_dtypes
+   has passed. */
 att_dims att_shape(const rg_kargs *k, att_io *io) {
   att_dims a;
   const rg_tv *x = &k->in[0];
   int op = k->node->op;
   memset(io, 0, sizeof *io);
+  a.ibf = x->dtype == RG_BF16;
+  a.obf = 0;
+  for (int i = 0; i < RG_MAX_OUT; i++) /* o, or the first of dq, dk, dv present */
+    if (k->out[i].p) {
+      a.obf = k->out[i].dtype == RG_BF16;
+      break;
+    }
+  size_t ie = a.ibf ? 2 : 4, oe = a.obf ? 2 : 4;
   if (op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_BWD) {
     a.H = x->dims[1];
     a.T = (int)x->dims[2];
@@ -1151,15 +1150,13 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
     a.q = {a.H * a.T * a.D, (int64_t)a.T * a.D, a.D};
     a.k = {a.H * a.S * a.D, (int64_t)a.S * a.D, a.D};
     a.o = a.q;
-    io->q = (const float *)x->p, io->k = (const float *)k->in[1].p;
-    io->v = (const float *)k->in[2].p;
+    io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
     if (op == RG_OP_ATTENTION) {
-      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+      io->out = k->out[0].p, io->lse = (float *)k->out[1].p;
     } else { /* q, k, v, o, g, lse */
-      io->o = (const float *)k->in[3].p, io->g = (const float *)k->in[4].p;
+      io->o = k->in[3].p, io->g = (const float *)k->in[4].p;
       io->lse = (float *)k->in[5].p;
-      io->dq = (float *)k->out[0].p, io->dk = (float *)k->out[1].p;
-      io->dv = (float *)k->out[2].p;
+      io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
     }
   } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
     int64_t C = x->dims[2] / 3;
@@ -1168,27 +1165,63 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
     a.D = (int)(C / a.H);
     a.q = a.k = {a.T * 3 * C, a.D, 3 * C};
     a.o = {a.T * C, a.D, C};
-    io->q = (const float *)x->p, io->k = io->q + C, io->v = io->q + 2 * C;
+    io->q = x->p, io->k = (const char *)x->p + C * ie, io->v = (const char *)x->p + 2 * C * ie;
     if (op == RG_OP_ATTENTION_QKV) {
-      io->out = (float *)k->out[0].p, io->lse = (float *)k->out[1].p;
+      io->out = k->out[0].p, io->lse = (float *)k->out[1].p;
     } else { /* qkv, o, g, lse */
-      io->o = (const float *)k->in[1].p, io->g = (const float *)k->in[2].p;
+      io->o = k->in[1].p, io->g = (const float *)k->in[2].p;
       io->lse = (float *)k->in[3].p;
-      io->dq = (float *)k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
+      io->dq = k->out[0].p;
+      io->dk = (char *)io->dq + C * oe, io->dv = (char *)io->dq + 2 * C * oe;
     }
   }
   a.BH = x->dims[0] * a.H;
   a.dn = (a.D + 15) & ~15;
+  a.d8 = (a.D + 7) & ~7;
   a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
   a.causal = k->node->i[0] != 0;
-  /* float4 global access when every row starts 16-byte aligned */
-  bool al = a.D % 4 == 0;
-  const att_lay *ls[3] = {&a.q, &a.k, &a.o};
-  for (int i = 0; i < 3; i++) al = al && (ls[i]->sb | ls[i]->sh | ls[i]->sr) % 4 == 0;
-  const void *ps[8] = {io->q, io->k, io->v, io->g, io->out, io->dq, io->dk, io->dv};
-  for (int i = 0; i < 8; i++) al = al && (uintptr_t)ps[i] % 16 == 0;
-  a.vec = al;
+  struct { const void *p; size_t es; const att_lay *l; } t[9] = {
+      {io->q, ie, &a.q},    {io->k, ie, &a.k},   {io->v, ie, &a.k},
+      {io->o, ie, &a.o},    {io->g, 4, &a.o},    {io->out, oe, &a.o},
+      {io->dq, oe, &a.q},   {io->dk, oe, &a.k},  {io->dv, oe, &a.k}};
+  a.vec = 1;
+  for (int i = 0; i < 9; i++) a.vec = a.vec && rows_on(t[i].p, t[i].es, *t[i].l, a.D, 4);
+  a.v8 = a.ibf;
+  for (int i = 0; i < 3; i++) a.v8 = a.v8 && rows_on(t[i].p, 2, *t[i].l, a.D, 8);
   return a;
+}
+
+/* The dtypes the kernels take: q, k, v (and o, in the backward) all F32 or all BF16, g
+   and lse F32, the results F32 or BF16 (one dtype for dq, dk and dv), lse out F32. The
+   core records nothing else; a node that broke the rule would otherwise be read as the
+   other dtype, so it fails here instead. */
+rg_status att_dtypes(rg_kargs *k) {
+  int op = k->node->op;
+  bool fwd = op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_QKV;
+  int nx = op == RG_OP_ATTENTION ? 3 : op == RG_OP_ATTENTION_QKV ? 1
+           : op == RG_OP_ATTENTION_BWD ? 4 : 2; /* inputs of the q dtype */
+  int nin = fwd ? nx : nx + 2, nout = fwd ? 2 : op == RG_OP_ATTENTION_BWD ? 3 : 1;
+  int dt = k->in[0].dtype, ot = -1;
+  bool ok = dt == RG_F32 || dt == RG_BF16;
+  for (int i = 1; i < nin; i++) ok = ok && k->in[i].dtype == (i < nx ? dt : RG_F32);
+  for (int i = 0; i < (fwd ? 1 : nout); i++) {
+    if (!k->out[i].p) continue;
+    if (ot < 0) ot = k->out[i].dtype;
+    ok = ok && k->out[i].dtype == ot && (ot == RG_F32 || ot == RG_BF16);
+  }
+  if (fwd) ok = ok && k->out[1].dtype == RG_F32;
+  if (ok) return RG_OK;
+  char in[64] = "", out[32] = "";
+  for (int i = 0; i < nin; i++)
+    snprintf(in + strlen(in), sizeof in - strlen(in), "%s%s", i ? " " : "",
+             rg__dtype_name(k->in[i].dtype));
+  for (int i = 0; i < nout; i++)
+    snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "",
+             k->out[i].p ? rg__dtype_name(k->out[i].dtype) : "-");
+  snprintf(k->msg, k->msgcap,
+           "the CUDA attention takes q, k, v and o all F32 or all BF16, g and lse F32, and "
+           "gives F32 or BF16 results (lse F32); this node has inputs %s, outputs %s", in, out);
+  return RG_ERR_UNSUPPORTED;
 }
 
 size_t smem_optin(void) {
@@ -1252,48 +1285,31 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
   return sizeof(bf16) * (size_t)(tiles * TR * (DM + 8)) + sizeof(float) * (size_t)floats;
 }
 
-template <int DM, int PR> rg_status attention_fwd(rg_kargs *k, const att_dims &a,
-                                                  const att_io &io) {
+/* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
+template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
   int64_t blocks = a.BH * cdiv(a.T, TR);
-#ifndef RG_ATT_WMMA /* defined: the bf16 path of wmma through shared f32 tiles */
-  if constexpr (PR == P_BF16)
-    return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(3, 0), io, a);
-  else
-#endif
-    return launch_att(k, a, att_fwd_k<DM, PR>, blocks, NT, smem_bytes<DM, PR>(3, 1), io, a);
+  if (a.ibf) return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(5, 0), io, a);
+  return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
 }
 
-/* T > 0 and S >= 0; delta: BH * T floats. */
-template <int DM, int PR>
-rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
+/* T > 0 and S >= 0; delta: BH * T floats; gc: NULL, or BH * T * d8 bf16 (the mma
+   kernels' copy of g). */
+template <int DM>
+rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta,
+                        bf16 *gc) {
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
   rg_status st;
-#ifndef RG_ATT_WMMA
-  if constexpr (PR == P_BF16) {
-    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(4, 0), io, delta, a);
+  if (a.ibf) {
+    const bf16 *cg = gc;
+    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(6, 0), io, delta, gc, a);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(4, 2 * TR), io, cd, a);
+    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(6, 4 * TR), io, cd, cg,
+                      a);
   }
-#endif
-  st = launch_att(k, a, att_bwd_q_k<DM, PR>, qb, NT, smem_bytes<DM, PR>(4, 1), io, delta, a);
+  st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-  return launch_att(k, a, att_bwd_kv_k<DM, PR>, kb, NT, smem_bytes<DM, PR>(4, 2), io, cd, a);
-}
-
-/* The instantiation for D and the node's precision. */
-template <int DM> rg_status fwd_for(rg_kargs *k, const att_dims &a, const att_io &io) {
-  switch (k->node->i[2]) {
-  case P_BF16: return attention_fwd<DM, P_BF16>(k, a, io);
-  default: return attention_fwd<DM, P_F32>(k, a, io);
-  }
-}
-template <int DM>
-rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
-  switch (k->node->i[2]) {
-  case P_BF16: return attention_bwd<DM, P_BF16>(k, a, io, delta);
-  default: return attention_bwd<DM, P_F32>(k, a, io, delta);
-  }
+  return launch_att(k, a, att_bwd_kv_k<DM>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
 }
 
 } /* namespace */
@@ -1301,26 +1317,33 @@ rg_status bwd_for(rg_kargs *k, const att_dims &a, const att_io &io, float *delta
 /* ---- launchers ----------------------------------------------------------------------- */
 
 static rg_status attention_fwd_any(rg_kargs *k) {
+  rg_status st = att_dtypes(k);
+  if (st != RG_OK) return st;
   att_io io;
   att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.T == 0) return RG_OK;
-  rg_status st = attention_limits(k, a);
+  st = attention_limits(k, a);
   if (st != RG_OK) return st;
-  return a.D <= 64 ? fwd_for<64>(k, a, io) : fwd_for<128>(k, a, io);
+  return a.D <= 64 ? attention_fwd<64>(k, a, io) : attention_fwd<128>(k, a, io);
 }
 
-/* Scratch: delta of every query row (4 bytes a row). */
+/* Scratch: delta of every query row (4 bytes a row), then, 256-byte aligned, for the
+   BF16 kernels when it fits, g rounded to bf16 in rows of d8 (dense [BH, T, d8], so every
+   row is 16-byte aligned whatever g's layout): kernel 2 then fills its G tiles by
+   cp.async instead of loading and rounding f32 g again (GPT-2: 12.6 MB of 64 MiB). */
 static rg_status attention_bwd_any(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
+  rg_status st = att_dtypes(k);
+  if (st != RG_OK) return st;
   att_io io;
   att_dims a = att_shape(k, &io);
   if (a.BH == 0 || a.D == 0 || (a.T == 0 && a.S == 0)) return RG_OK;
-  rg_status st = attention_limits(k, a);
+  st = attention_limits(k, a);
   if (st != RG_OK) return st;
   if (a.T == 0) { /* no queries (rg_attention only: qkv has S = T), so dk and dv are zero
                      and dense; stream-ordered memsets, capturable, whose status is the
                      runtime's last error, which check_launch reads */
-    size_t bytes = (size_t)(a.BH * a.S * a.D) * sizeof(float);
+    size_t bytes = (size_t)(a.BH * a.S * a.D) * (a.obf ? sizeof(bf16) : sizeof(float));
     if (io.dk) cudaMemsetAsync(io.dk, 0, bytes, L->stream);
     if (io.dv) cudaMemsetAsync(io.dv, 0, bytes, L->stream);
     return rg_cuda_check_launch(k, "attention_bwd");
@@ -1328,7 +1351,12 @@ static rg_status attention_bwd_any(rg_kargs *k) {
   size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   float *delta = (float *)L->scratch;
-  return a.D <= 64 ? bwd_for<64>(k, a, io, delta) : bwd_for<128>(k, a, io, delta);
+  size_t at = (need + 255) & ~(size_t)255, gb = rows * (size_t)a.d8 * sizeof(bf16);
+  bf16 *gc = a.ibf && (io.dk || io.dv) && a.S > 0 && at + gb <= L->scratch_bytes
+                 ? (bf16 *)((char *)L->scratch + at)
+                 : nullptr;
+  return a.D <= 64 ? attention_bwd<64>(k, a, io, delta, gc)
+                   : attention_bwd<128>(k, a, io, delta, gc);
 }
 
 rg_status rg_cuda_attention(rg_kargs *k) { return attention_fwd_any(k); }
