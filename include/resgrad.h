@@ -112,7 +112,7 @@ typedef struct rg_options {
   int bf16;                /* 1: bf16 mixed precision, as PyTorch's autocast to
                               bfloat16. Products (rg_matmul, rg_linear, rg_linear_act)
                               record an rg_cast to BF16 (round to nearest even) of each
-                              F32 factor (never the bias), sum the BF16 values in F32,
+                              F32 factor and bias, sum the BF16 values in F32,
                               and return BF16 (bias and activation applied in F32, then
                               rounded once): bf16 activations. rg_layernorm and
                               rg_rmsnorm return BF16 too (F32 statistics); the attention
@@ -290,7 +290,8 @@ RG_API rg_tensor rg_log_softmax(rg_ctx *ctx, rg_tensor x);
    gradient flows on through its rg_cast in F32). */
 RG_API rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b);
 /* x[..., in] * w[out, in]^T + b[out] (PyTorch layout); b may be RG_NONE. x and w as
-   rg_matmul's operands (both F32 or both BF16); b is F32. */
+   rg_matmul's operands (both F32 or both BF16); b is F32 (rg_options.bf16 rounds it to
+   BF16 with the factors, as PyTorch's autocast does). */
 RG_API rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b);
 /* act(rg_linear(x, w, b)) as one op: on CUDA one cuBLASLt call with the bias and the
    activation in its epilogue (no separate activation kernel, no pass over the product in

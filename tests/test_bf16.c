@@ -7,7 +7,7 @@
  *    matmul, linear with and without a bias; running out of host memory for the widened
  *    copy is RG_ERR_OOM and the context recovers;
  *  - rg_options.bf16 (and env RG_BF16=1) makes rg_matmul and rg_linear record a cast to
- *    BF16 of each F32 factor, and nothing else; the result equals explicit casts'; the
+ *    BF16 of each F32 factor (and bias), and nothing else; the result equals explicit casts'; the
  *    parameters' gradients are F32 and are the products of the incoming gradient rounded
  *    to BF16 with the BF16 factors (the transposed GEMMs of the backward pass included),
  *    against a reference in double; the bias gradient is the unrounded sum;
@@ -221,9 +221,9 @@ static void test_autocast(void) {
   rg_stats_get(ctx, &s1);
   rg_tensor z = rg_linear(ctx, X, Wt, bias);
   rg_stats_get(ctx, &s2);
-  CHECK(s1.nodes_recorded - s0.nodes_recorded == 3 && s2.nodes_recorded - s1.nodes_recorded == 3,
-        "rg_matmul recorded %llu nodes and rg_linear %llu; want 3 each (two casts and the "
-        "product)", (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
+  CHECK(s1.nodes_recorded - s0.nodes_recorded == 3 && s2.nodes_recorded - s1.nodes_recorded == 4,
+        "rg_matmul recorded %llu nodes and rg_linear %llu; want 3 and 4 (a cast of each factor "
+        "and of the bias, and the product)", (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
         (unsigned long long)(s2.nodes_recorded - s1.nodes_recorded));
   CHECK(rg_dtype_of(ctx, y) == RG_BF16 && rg_dtype_of(ctx, z) == RG_BF16,
         "outputs are not BF16 (bf16 activations)");
@@ -325,7 +325,8 @@ static void test_activations(void) {
   int32_t tg[B * T] = {0, 3, 6, 1, 4, 2};
   rg_tensor tgt = rg_input(h, RG_I32, D2(B, T), tg), tgtf = rg_input(f, RG_I32, D2(B, T), tg);
   /* the F32 reference sees the rounded operands of each product */
-  rg_tensor xf = mirror(h, bf(h, x), f), wf = mirror(h, bf(h, w), f), bfv = mirror(h, b, f);
+  rg_tensor xf = mirror(h, bf(h, x), f), wf = mirror(h, bf(h, w), f);
+  rg_tensor bfv = mirror(h, bf(h, b), f); /* the bias is rounded too, as autocast does */
   rg_tensor y = rg_linear_act(h, x, w, b, RG_ACT_GELU);
   rg_tensor yf = rg_linear_act(f, xf, wf, bfv, RG_ACT_GELU);
   rounded(h, y, f, yf, RG_BF16, "linear_act (GELU)");

@@ -295,6 +295,43 @@ static out c_gpt(rg_ctx *c) {
   return (out){l, l};
 }
 
+/* bf16 activations (run with rg_options.bf16 on both sides): BF16 logits of linear layers
+   into the cross-entropy kernels (warp and block rows, 16-byte groups with a scalar head
+   and tail at odd widths, ignored rows), whose backward writes BF16 dlogits that the
+   linear's gradient products and the bias's column sum read. */
+static rg_tensor lin_xent(rg_ctx *c, int i, int64_t N, int64_t C, int ignore) {
+  char n[3][16];
+  for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "%c%d", "xwb"[j], i);
+  rg_tensor lg = rg_linear(c, P(c, n[0], D2(N, 16)), P(c, n[1], D2(C, 16)),
+                           P(c, n[2], 1, &C));
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)N);
+  for (int64_t r = 0; r < N; r++) t[r] = ignore && r % 5 == 0 ? -1 : (int32_t)((r * 7919) % C);
+  rg_tensor tg = rg_input(c, RG_I32, 1, &N, t);
+  free(t);
+  return ignore ? rg_cross_entropy_ignore(c, lg, tg, -1) : rg_cross_entropy(c, lg, tg);
+}
+static out c_bf16_xent(rg_ctx *c) {
+  rg_tensor l = lin_xent(c, 0, 4096, 96, 0);
+  l = rg_add(c, l, lin_xent(c, 1, 1000, 7, 1));
+  l = rg_add(c, l, lin_xent(c, 2, 3, 50304, 0));
+  l = rg_add(c, l, lin_xent(c, 3, 5, 50301, 1));
+  l = rg_add(c, l, lin_xent(c, 4, 40, 1030, 0));
+  return (out){l, l};
+}
+/* Attention on a linear's BF16 qkv (so its gradient is written BF16), a GELU MLP with a
+   bias and a residual add of F32 and BF16, as a GPT block has them. */
+static out c_bf16_block(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(2, 130, 64)), wq = P(c, "wq", D2(192, 64));
+  rg_tensor bq = P(c, "bq", 1, (int64_t[]){192}), w1 = P(c, "w1", D2(256, 64));
+  rg_tensor b1 = P(c, "b1", 1, (int64_t[]){256}), w2 = P(c, "w2", D2(64, 256));
+  rg_tensor a = rg_attention_qkv(c, rg_linear(c, rg_layernorm(c, x, RG_NONE, RG_NONE, 1e-5f),
+                                              wq, bq), 2, 1);
+  rg_tensor r = rg_add(c, x, a);
+  rg_tensor h = rg_linear_act(c, rg_layernorm(c, r, RG_NONE, RG_NONE, 1e-5f), w1, b1,
+                              RG_ACT_GELU);
+  return weigh(c, rg_add(c, r, rg_linear(c, h, w2, RG_NONE)));
+}
+
 static double nerr(const float *a, const float *b, int64_t n) {
   double d = 0, r = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -305,30 +342,44 @@ static double nerr(const float *a, const float *b, int64_t n) {
   return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
+/* t's n values as F32 into v (BF16 ones widened). */
+static rg_status read_f32(rg_ctx *ctx, rg_tensor t, float *v, int64_t n) {
+  if (rg_dtype_of(ctx, t) == RG_F32) return rg_read(ctx, t, v, (size_t)n * 4);
+  if (rg_dtype_of(ctx, t) != RG_BF16) return RG_ERR_MISUSE;
+  uint16_t *h = (uint16_t *)v + n; /* the upper half of v, widened from the front */
+  rg_status st = rg_read(ctx, t, h, (size_t)n * 2);
+  for (int64_t i = 0; st == RG_OK && i < n; i++) {
+    uint32_t u = (uint32_t)h[i] << 16;
+    memcpy(&v[i], &u, 4);
+  }
+  return st;
+}
+
 /* Reads t from both contexts and returns their normalised error (INFINITY on a failure). */
 static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
   int64_t n = rg_numel(c, tc);
-  if (rg_numel(g, tg) != n || rg_dtype_of(c, tc) != RG_F32) return INFINITY;
+  if (rg_numel(g, tg) != n) return INFINITY;
   float *a = malloc(sizeof(float) * (size_t)(n ? n : 1)), *b = malloc(sizeof(float) * (size_t)(n ? n : 1));
   double e = INFINITY;
-  if (rg_read(g, tg, a, (size_t)n * 4) == RG_OK && rg_read(c, tc, b, (size_t)n * 4) == RG_OK)
-    e = nerr(a, b, n);
+  if (read_f32(g, tg, a, n) == RG_OK && read_f32(c, tc, b, n) == RG_OK) e = nerr(a, b, n);
   free(a);
   free(b);
   return e;
 }
 
-/* mode: 0, or 1 / 2 to open the CUDA context with rg_options.tf32 / .bf16. The CPU's
-   context is f32 (it ignores tf32; under bf16 it would round matrix products as well, so
-   the bf16 cases use no rg_matmul or rg_linear). */
+/* mode: 0, or 1 / 2 to open the CUDA context with rg_options.tf32 / .bf16, the CPU's
+   context f32 (it ignores tf32; under bf16 it would round matrix products as well, so the
+   mode 2 cases use no rg_matmul or rg_linear); 3: both contexts with rg_options.bf16,
+   so both round the same products and activations (bf16 activations). */
 static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   rg_options o = {.quiet = 1, .seed = 11};
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
+  o.bf16 = mode == 3;
   rg_open(&c, &o);
   o.device = RG_DEVICE_CUDA;
   o.tf32 = mode == 1;
-  o.bf16 = mode == 2;
+  o.bf16 = mode >= 2;
   rg_open(&g, &o);
   if (!c || !g) {
     CHECK(0, "%s: could not open both contexts", name);
@@ -696,6 +747,14 @@ int main(void) {
      below the O(1) error of a wrong row, tile or mask. */
   run_case_mode("attn-bf16", c_attn_tc, 2e-2, 2);
   run_case_mode("attn-f32", c_attn_tc, 1e-5, 0); /* the same shapes, exact path: tight */
+  /* bf16 activations on both sides: both round each product and norm once, so they differ
+     where their F32 sums (in different orders) round to neighbouring bf16 values, 2^-8
+     relative, on a few elements, and by the CUDA attention's bf16 probabilities. */
+  run_case_mode("bf16-linact", c_linear_act, 1e-2, 3);
+  run_case_mode("bf16-norms", c_norm_kernels, 1e-2, 3);
+  run_case_mode("bf16-xent", c_bf16_xent, 1e-2, 3);
+  run_case_mode("bf16-block", c_bf16_block, 3e-2, 3);
+  run_case_mode("bf16-gpt", c_gpt, 3e-2, 3);
   run_attn_repeat();
   run_training();
   run_checkpoint();

@@ -239,12 +239,13 @@ static bool same_float(rg_ctx *ctx, const char *call, const uint32_t *in) {
 }
 
 /* rg_options.bf16: each F32 ref in in[0..n) becomes a recorded rg_cast of it to BF16 (the
-   factors of a product, attention's q, k and v). The cast is an ordinary node on the
+   factors and the bias of a product, attention's q, k and v; 0 refs stay 0). The cast is an ordinary node on the
    tape, so the operand's gradient comes back through it (in F32: see CAST in
    autograd.c). Called after every check, so a refused product records nothing. */
 static bool autocast(rg_ctx *ctx, uint32_t *in, int n) {
   for (int j = 0; j < n && ctx->opt.bf16; j++)
-    if (rg__t(ctx, in[j])->dtype == RG_F32 && !recast(ctx, &in[j], RG_BF16)) return false;
+    if (in[j] && rg__t(ctx, in[j])->dtype == RG_F32 && !recast(ctx, &in[j], RG_BF16))
+      return false;
   return true;
 }
 
@@ -298,7 +299,7 @@ static rg_tensor linear(rg_ctx *ctx, const char *call, rg_tensor x, rg_tensor w,
   }
   o.dims[o.ndim - 1] = sw.dims[0];
   o.dtype = act_dtype(ctx);
-  if (!autocast(ctx, in, 2)) return RG_NONE;
+  if (!autocast(ctx, in, 3)) return RG_NONE; /* the bias too, as autocast's F.linear */
   if (act == RG_ACT_NONE) return emit1(ctx, RG_OP_LINEAR, in, o, NULL, NULL);
   rg_shape outs[RG_MAX_OUT] = {o, o, {0, -1, {0}}};
   if (act == RG_ACT_RELU) outs[1].ndim = -1; /* its backward needs only out[0] */

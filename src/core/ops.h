@@ -28,7 +28,8 @@
  *            batch axes broadcast to out [..,M,N]. a and b both F32 or both BF16 (exact
  *            products, F32 sums); out F32, or BF16 (rounded once: bf16 activations).
  *  LINEAR    x [..,in], w [out,in], b [out] (opt) -> [..,out]. x and w as MATMUL's a
- *            and b; b F32; out as MATMUL's (bias added in F32, then rounded).
+ *            and b; b F32, or BF16 with BF16 factors (autocast rounds it, as PyTorch's);
+ *            out as MATMUL's (bias added in F32, then rounded).
  *  LINEAR_ACT as LINEAR, then an activation: i[0] = RG_ACT_RELU or RG_ACT_GELU; out[0] =
  *            act(x w^T + b); out[1] = x w^T + b, made only for GELU (its backward needs
  *            the input; ReLU's reads out[0], positive exactly where its input is); out[1]

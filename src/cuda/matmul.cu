@@ -16,13 +16,10 @@
  *
  * Output types: C and D are F32, or BF16 with BF16 factors (bf16 autocast's activations:
  * the F32 sums rounded once, in the epilogue; GELU's aux matrix is then BF16 too);
- * matmul_acc's are F32. The bias is F32 always, and cuBLASLt adds only a bias of D's type
- * (the table of types cublasLtMatmul supports: bias CUDA_R_16BF for CUDA_R_16BF factors
- * and C, CUDA_R_32F for a CUDA_R_32F C; other pairs only in its FP8 kernels). Rounding
- * the bias to bf16 first would round twice, so a BF16 linear with a bias computes its
- * product plus bias in F32 in scratch, rows at a time, and the elementwise kernels round
- * that once (linear_round). That moves 8 bytes an element more than a fused epilogue
- * would (12 with GELU's aux), the price of one rounding.
+ * matmul_acc's are F32. The bias has D's type: cuBLASLt adds only a bias of D's type (the
+ * table of types cublasLtMatmul supports: bias CUDA_R_16BF for CUDA_R_16BF factors and C,
+ * CUDA_R_32F for a CUDA_R_32F C; other pairs only in its FP8 kernels), and the core
+ * rounds a bf16 product's bias to BF16 as autocast does (ops.h).
  */
 #include "cuda.h"
 
@@ -36,7 +33,7 @@ typedef struct gemm_args {
   const void *A, *B;           /* F32 or BF16 (both the same: dtype) */
   void *C;                     /* F32 or BF16: ctype */
   int64_t batch, sa, sb, sc;   /* batch count and element strides (0 = broadcast) */
-  const float *bias;           /* [N] added to every row of C (an F32 C only), or NULL */
+  const void *bias;            /* [N] of C's type added to every row of C, or NULL */
   int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
   int ctype;                   /* RG_F32, or RG_BF16 with BF16 factors: C's and aux's */
   const float *ab;             /* NULL: C = AB; else device {alpha, beta}: C = alpha AB + beta C */
@@ -104,7 +101,7 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   bool bf16 = g->dtype == RG_BF16, bf16_out = g->ctype == RG_BF16;
   cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   cudaDataType_t out_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
-  int32_t bias_type = CUDA_R_32F, aux_type = CUDA_R_16BF;
+  int32_t bias_type = out_type, aux_type = CUDA_R_16BF;
   int64_t esz = (int64_t)rg__dtype_size(g->dtype), strided = batch > 1;
   int64_t osz = (int64_t)rg__dtype_size(g->ctype);
   uint32_t ac = alignment(g->C, strided * sc * osz);
@@ -112,9 +109,8 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                        ac, ac};
   cublasComputeType_t compute = k->ctx->opt.tf32 && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                           : CUBLAS_COMPUTE_32F;
-  if (bf16_out && (!bf16 || g->bias)) { /* types cuBLASLt lacks (linear goes round a bias) */
-    snprintf(k->msg, k->msgcap, "cuBLASLt has no BF16 product %s",
-             bf16 ? "with an F32 bias" : "of F32 factors");
+  if (bf16_out && !bf16) { /* a type pair cuBLASLt lacks (the core never records it) */
+    snprintf(k->msg, k->msgcap, "cuBLASLt has no BF16 product of F32 factors");
     return RG_ERR_UNSUPPORTED;
   }
   LT_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
@@ -126,7 +122,7 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
                                           sizeof mode));
   }
-  if (g->bias) { /* F32 like D (the default), said outright since A and B may be BF16 */
+  if (g->bias) { /* D's type (the default), said outright since A and B may differ */
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias));
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
@@ -304,71 +300,22 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   return st == RG_OK ? gemm(k, &g) : st;
 }
 
-/* A [rows, cols] matrix at p, for the elementwise launchers. */
-static rg_tv matrix_tv(void *p, int dtype, int64_t rows, int64_t cols) {
-  rg_tv t;
-  memset(&t, 0, sizeof t);
-  t.p = p;
-  t.dtype = dtype;
-  t.ndim = 2;
-  t.dims[0] = rows;
-  t.dims[1] = cols;
-  t.n = rows * cols;
-  return t;
-}
-
-/* y (BF16) = act(x w^T + b) and, for GELU, aux (BF16) = x w^T + b, with the F32 bias
-   (see the top of the file): for each block of rows, one GEMM writes the F32 product plus
-   bias into scratch and the elementwise kernels round it once into y and aux. Blocks are
-   a multiple of 8 rows, so each starts 16-byte aligned in y and aux as the whole does. */
-static rg_status linear_round(rg_kargs *k, const gemm_args *g, rg_bf16 *y, rg_bf16 *aux) {
-  rg_cuda_launch *L = rg_cuda_ctx(k);
-  int64_t N = g->N, cap = (int64_t)(L->scratch_bytes / ((size_t)N * sizeof(float))) / 8 * 8;
-  if (cap == 0) {
-    snprintf(k->msg, k->msgcap, "a BF16 output with a bias needs %zu bytes of CUDA scratch "
-             "for its F32 rows, the backend has %zu", (size_t)N * sizeof(float) * 8,
-             L->scratch_bytes);
-    return RG_ERR_UNSUPPORTED;
-  }
-  int64_t nblock = (g->M + cap - 1) / cap, rows = ((g->M + nblock - 1) / nblock + 7) / 8 * 8;
-  size_t esz = rg__dtype_size(g->dtype);
-  rg_kargs e = *k; /* the elementwise kernels' arguments: in[0] the F32 rows, out[0] y */
-  for (int64_t r0 = 0; r0 < g->M; r0 += rows) {
-    int64_t m = g->M - r0 < rows ? g->M - r0 : rows;
-    gemm_args gr = *g;
-    gr.M = m;
-    gr.A = (const char *)g->A + r0 * g->K * esz;
-    gr.C = L->scratch;
-    gr.ctype = RG_F32;
-    gr.act = RG_ACT_NONE;
-    gr.aux = NULL;
-    rg_status st = gemm(k, &gr);
-    if (st != RG_OK) return st;
-    e.in[0] = matrix_tv(L->scratch, RG_F32, m, N);
-    e.out[0] = matrix_tv(y + r0 * N, RG_BF16, m, N);
-    st = g->act == RG_ACT_GELU   ? rg_cuda_gelu(&e)
-         : g->act == RG_ACT_RELU ? rg_cuda_relu(&e)
-                                 : rg_cuda_cast(&e);
-    if (st == RG_OK && aux) {
-      e.out[0] = matrix_tv(aux + r0 * N, RG_BF16, m, N);
-      st = rg_cuda_cast(&e);
-    }
-    if (st != RG_OK) return st;
-  }
-  return RG_OK;
-}
-
 /* y = x w^T + b as one GEMM of x [rows, in] by w [out, in] transposed, y of out[0]'s type;
    act, aux as gemm_args'. */
 static rg_status linear(rg_kargs *k, int act, void *aux) {
   const rg_tv *x = &k->in[0], *w = &k->in[1], *bias = &k->in[2], *y = &k->out[0];
   int64_t in = w->dims[1], out = w->dims[0], n = y->n;
   int64_t rows = in ? x->n / in : out ? n / out : 0;
-  gemm_args g = {0, 1, rows, out, in, x->p, w->p, y->p, 1, 0, 0, 0, (const float *)bias->p,
+  gemm_args g = {0, 1, rows, out, in, x->p, w->p, y->p, 1, 0, 0, 0, bias->p,
                  x->dtype, y->dtype, NULL, act, aux};
   if (n == 0) return RG_OK;
   if (in == 0) return rg_cuda_unsupported(k, "rg_linear with 0 input features");
-  if (g.bias && g.ctype == RG_BF16) return linear_round(k, &g, (rg_bf16 *)y->p, (rg_bf16 *)aux);
+  if (g.bias && bias->dtype != y->dtype) {
+    snprintf(k->msg, k->msgcap, "cuBLASLt adds only a bias of the output's type (here %s "
+             "and %s; the core rounds a bf16 product's bias)", rg__dtype_name(bias->dtype),
+             rg__dtype_name(y->dtype));
+    return RG_ERR_UNSUPPORTED;
+  }
   return gemm(k, &g);
 }
 
