@@ -17,6 +17,9 @@
  *    to the F32 ops on the widened values; softmax of a BF16 tensor records a widening
  *    cast; the gradients of BF16 activations are F32; without the option BF16 q, k, v
  *    give BF16 attention and a mix is refused;
+ *  - parameters' BF16 shadows: a parameter is cast once, an optimizer step rounds its
+ *    update into the shadow (no cast in later steps), rg_write and a failed drain make the
+ *    next use cast again, and products always see the current parameter;
  *  - a small GPT trained with rg_options.bf16 follows the F32 run: at every step the loss
  *    is within LOSS_TOL (relative) of the F32 loss, and it falls;
  *  - misuse: BF16 mixed with F32 without the option, a BF16 bias, an I32 factor.
@@ -223,7 +226,8 @@ static void test_autocast(void) {
   rg_stats_get(ctx, &s2);
   CHECK(s1.nodes_recorded - s0.nodes_recorded == 3 && s2.nodes_recorded - s1.nodes_recorded == 4,
         "rg_matmul recorded %llu nodes and rg_linear %llu; want 3 and 4 (a cast of each factor "
-        "and of the bias, and the product)", (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
+        "and of the bias, and the product)",
+        (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded),
         (unsigned long long)(s2.nodes_recorded - s1.nodes_recorded));
   CHECK(rg_dtype_of(ctx, y) == RG_BF16 && rg_dtype_of(ctx, z) == RG_BF16,
         "outputs are not BF16 (bf16 activations)");
@@ -401,6 +405,84 @@ static void test_activations(void) {
          failed() ? "FAIL" : "PASS");
 }
 
+/* ---- parameters' BF16 shadows ------------------------------------------------------------ */
+
+/* y = x W^T with rg_options.bf16 in a step of its own: the nodes it recorded, and whether
+   y is, bit for bit, the F32 product of the rounded x and W (W as it is now, read back)
+   rounded once: a stale shadow would give other values. */
+static uint64_t shadow_step(rg_ctx *h, rg_tensor W, float *xv, int *exact) {
+  rg_step_begin(h);
+  rg_tensor x = rg_input(h, RG_F32, D2(4, 12), xv);
+  rg_stats s0, s1;
+  rg_stats_get(h, &s0);
+  rg_tensor y = rg_linear(h, x, W, RG_NONE);
+  rg_stats_get(h, &s1);
+  rg_ctx *f = open_cpu();
+  *exact = 0;
+  if (!f) return 0;
+  rg_tensor yf = rg_linear(f, mirror(h, bf(h, x), f), mirror(h, bf(h, W), f), RG_NONE);
+  int64_t n = rg_numel(h, y), bad = 0;
+  float *a = values(h, y, "shadow y"), *b = values(f, yf, "shadow ref");
+  for (int64_t i = 0; a && b && i < n; i++) bad += a[i] != rg_bf16_to_f32(rg_f32_to_bf16(b[i]));
+  *exact = a && b && bad == 0;
+  free(a), free(b);
+  rg_close(f);
+  return s1.nodes_recorded - s0.nodes_recorded;
+}
+
+/* A parameter is cast into its BF16 shadow once; an optimizer step rounds the update into
+   it, so later steps record no cast; rg_write of the parameter, and a drain that failed
+   before the cast ran, make the next step cast again; the values are always those of the
+   current parameter. */
+static void test_shadow(void) {
+  rg_ctx *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 9});
+  if (!h) return;
+  float xv[4 * 12];
+  fill(xv, 4 * 12, 5);
+  rg_tensor W = rg_param(h, "W", RG_F32, D2(6, 12), (rg_init){RG_INIT_UNIFORM, -1, 1});
+  rg_optim *opt = rg_optim_sgd(h, &(rg_sgd_options){.lr = 0.5f});
+  int exact;
+  uint64_t n = shadow_step(h, W, xv, &exact);
+  /* x's cast and the product every time; W's cast where it is due */
+  CHECK(n == 3 && exact, "first use: %llu nodes (want W's cast too), exact %d",
+        (unsigned long long)n, exact);
+  /* a step of training: the update is rounded into the shadow */
+  rg_step_begin(h);
+  rg_tensor l = rg_sum(h, rg_linear(h, rg_input(h, RG_F32, D2(4, 12), xv), W, RG_NONE),
+                       RG_ALL_AXES, 0);
+  rg_backward(h, l);
+  rg_optim_step(opt);
+  rg_zero_grad(h);
+  float lv;
+  CHECK_ST(h, rg_item(h, l, &lv), RG_OK);
+  n = shadow_step(h, W, xv, &exact);
+  CHECK(n == 2 && exact, "after a step: %llu nodes (want no cast of W), exact %d",
+        (unsigned long long)n, exact);
+  float wv[6 * 12];
+  fill(wv, 6 * 12, 11);
+  CHECK_ST(h, rg_write(h, W, wv, sizeof wv), RG_OK);
+  n = shadow_step(h, W, xv, &exact);
+  CHECK(n == 3 && exact, "after rg_write: %llu nodes (want a new cast of W), exact %d",
+        (unsigned long long)n, exact);
+  /* a drain that fails before the cast into the shadow runs */
+  fill(wv, 6 * 12, 12);
+  CHECK_ST(h, rg_write(h, W, wv, sizeof wv), RG_OK);
+  rg_step_begin(h);
+  rg_tensor table = rg_input(h, RG_F32, D2(3, 2), (float[6]){0});
+  rg_tensor bad = rg_embedding(h, table, rg_input(h, RG_I32, 1, (int64_t[]){1}, (int32_t[]){7}));
+  rg_tensor y = rg_linear(h, rg_input(h, RG_F32, D2(4, 12), xv), W, RG_NONE);
+  CHECK(rg_sync(h) == RG_ERR_MISUSE && bad.id && y.id, "the bad index did not fail the drain");
+  rg_clear_error(h);
+  n = shadow_step(h, W, xv, &exact);
+  CHECK(n == 3 && exact, "after a failed drain: %llu nodes (want W's cast again), exact %d",
+        (unsigned long long)n, exact);
+  CHECK(rg_error(h) == RG_OK, "shadow: %s", rg_errmsg(h));
+  rg_optim_free(opt);
+  rg_close(h);
+  printf("shadow     %s  parameters cast once; steps, rg_write and failed drains keep them "
+         "right\n", failed() ? "FAIL" : "PASS");
+}
+
 /* ---- a small GPT: bf16 follows f32 ----------------------------------------------------- */
 
 enum { V = 48, T = 32, BATCH = 8 };
@@ -501,6 +583,7 @@ int main(void) {
   test_oom();
   test_autocast();
   test_activations();
+  test_shadow();
   test_gpt();
   test_misuse();
   return finish();

@@ -614,6 +614,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   for (int k = 0; !bad && k < n && st == RG_OK; k++) {
     rg_tinfo *t = rg__t(ctx, e[k].ref);
     st = ctx->be->upload(ctx, t->data, data[k], t->nbytes);
+    rg__shadow_stale(ctx, e[k].ref);
     ctx->st.up.count++;
     ctx->st.up.bytes += t->nbytes;
     ctx->st.up_site[RG_SITE_CHECKPOINT].count++;

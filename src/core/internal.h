@@ -27,7 +27,14 @@ enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
    gradient whose all-reduce a backend may still be running beside the drain's other
    work (CUDA: on its communication stream; set and cleared within one drain). */
 enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
-       RG_T_COMM = 32 };
+       RG_T_COMM = 32, RG_T_SHADOW = 64, RG_T_FRESH = 128 };
+/* RG_T_SHADOW: a parameter's BF16 shadow (rg_options.bf16): the persistent copy its
+   products read instead of a per-step cast. It carries RG_T_PARAM, the parameter's index
+   and gradient, so gradients of it go straight to the parameter's. RG_T_FRESH (on a
+   shadow): the queue, as recorded, leaves it equal to its parameter rounded, because a
+   cast into it or an optimizer step that writes it was recorded after the parameter's
+   last change (ops.c, optim.c); cleared by rg_write and rg_load of the parameter and by
+   a drain that fails (its later nodes never run). */
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {
@@ -42,6 +49,7 @@ typedef struct rg_tinfo {
   uint32_t alias; /* a view (rg_reshape of a pass tensor): the tensor whose bytes it uses */
   uint32_t pins;  /* views of this tensor: its bytes are released only when they are, too */
   uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
+  uint32_t shadow; /* a parameter: its BF16 shadow's ref, or 0 */
   uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
   int32_t param;  /* index into ctx->params, or -1 */
 } rg_tinfo;
@@ -91,6 +99,7 @@ struct rg_optim {
   int kind;
   uint64_t pgen;       /* persistent generation the state belongs to */
   rg_list params, grads, m, v; /* m: AdamW first moment or SGD momentum; v: AdamW */
+  rg_list shadow;      /* each parameter's BF16 shadow, written by the step too, or 0 */
   uint32_t hyper, step;
   rg_optim *next;      /* ctx's list, so rg_close frees forgotten optimizers */
 };
@@ -237,6 +246,10 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
                  const char *call);
 size_t rg__dtype_size(int dt);
 const char *rg__dtype_name(int dt);
+/* Parameters' BF16 shadows (optim.c; see RG_T_SHADOW). */
+uint32_t rg__shadow(rg_ctx *ctx, uint32_t param);
+void rg__shadow_stale(rg_ctx *ctx, uint32_t param);
+void rg__shadows_stale(rg_ctx *ctx);
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *out);
 
 /* A tensor's type and shape; ndim < 0 means "no tensor" (an unwanted output). */

@@ -239,13 +239,21 @@ static bool same_float(rg_ctx *ctx, const char *call, const uint32_t *in) {
 }
 
 /* rg_options.bf16: each F32 ref in in[0..n) becomes a recorded rg_cast of it to BF16 (the
-   factors and the bias of a product, attention's q, k and v; 0 refs stay 0). The cast is an ordinary node on the
-   tape, so the operand's gradient comes back through it (in F32: see CAST in
-   autograd.c). Called after every check, so a refused product records nothing. */
+   factors and the bias of a product, attention's q, k and v; 0 refs stay 0). The cast is
+   an ordinary node on the tape, so the operand's gradient comes back through it (in F32:
+   see CAST in autograd.c). A parameter becomes its BF16 shadow instead (optim.c): cast
+   once, then rounded into by every optimizer step, so a training step casts no weights;
+   its gradient goes to the parameter's. Called after every check, so a refused product
+   records nothing. */
 static bool autocast(rg_ctx *ctx, uint32_t *in, int n) {
-  for (int j = 0; j < n && ctx->opt.bf16; j++)
-    if (in[j] && rg__t(ctx, in[j])->dtype == RG_F32 && !recast(ctx, &in[j], RG_BF16))
+  for (int j = 0; j < n && ctx->opt.bf16; j++) {
+    if (!in[j] || rg__t(ctx, in[j])->dtype != RG_F32) continue;
+    if (rg__t(ctx, in[j])->flags & RG_T_PARAM) { /* its shadow, cast once, kept by steps */
+      if (!(in[j] = rg__shadow(ctx, in[j]))) return false;
+    } else if (!recast(ctx, &in[j], RG_BF16)) {
       return false;
+    }
+  }
   return true;
 }
 

@@ -49,10 +49,10 @@
  *            output is columns h D + [0,D). Dtypes as ATTENTION's.
  *  CROSS_ENTROPY logits [N..,C], targets I32 [N..] -> scalar mean, stats F32 [N+1, 2]
  *            (N = the targets' count); logits F32 or BF16; i[0] = has ignore, i[1] =
- *            ignore_index. Target outside [0,C) (and not ignored): fail, naming it. stats row r < N: the row's
- *            max logit and log sum exp(x - max) ((0, 0) for a row that takes no part);
- *            row N: (count of rows taking part, 0). The backward reads them, so it
- *            reads the logits once.
+ *            ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
+ *            stats row r < N: the row's max logit and log sum exp(x - max) ((0, 0)
+ *            for a row that takes no part); row N: (count of rows taking part, 0). The
+ *            backward reads them, so it reads the logits once.
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
  *  COPY      out = x (same element count; used by reshape and detach).
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).

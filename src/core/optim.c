@@ -5,7 +5,9 @@
  * persistent pool, so a step records one fused node whose scalars are read from device
  * memory: changing the learning rate or counting steps never changes the recorded graph.
  * A non-finite gradient norm found by rg_clip_grad_norm makes the next update skip, with
- * weights, moments and the step count bit-identical.
+ * weights, moments and the step count bit-identical. A step also rounds each updated
+ * parameter into its BF16 shadow, if it has one (rg_options.bf16, ops.c), so the next
+ * forward pass reads it without a cast.
  */
 #include "internal.h"
 
@@ -37,9 +39,11 @@ static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, 
   if (st == RG_OK) st = new_state(ctx, &o->grads, n, false);
   if (st == RG_OK) st = new_state(ctx, &o->m, moments1 ? n : 0, moments1);
   if (st == RG_OK) st = new_state(ctx, &o->v, moments2 ? n : 0, moments2);
+  if (st == RG_OK) st = new_state(ctx, &o->shadow, n, false);
   for (int i = 0; st == RG_OK && i < n; i++) {
     o->params.ref[i] = ctx->prefs[i];
     o->grads.ref[i] = rg__t(ctx, ctx->prefs[i])->grad;
+    o->shadow.ref[i] = rg__t(ctx, ctx->prefs[i])->shadow;
   }
   int64_t hd = RG_H_COUNT, one = 1;
   if (st == RG_OK && !(o->hyper = rg__new(ctx, RG_POOL_PERSISTENT, RG_F32, 1, &hd, "rg_optim")))
@@ -54,6 +58,7 @@ static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, 
     rg__free(ctx, o->grads.ref);
     rg__free(ctx, o->m.ref);
     rg__free(ctx, o->v.ref);
+    rg__free(ctx, o->shadow.ref);
     rg__free(ctx, o);
     return NULL;
   }
@@ -104,8 +109,52 @@ rg_status rg_optim_step(rg_optim *o) {
   rg_ctx *ctx = o->ctx;
   uint32_t in[RG_MAX_IN] = {ctx->clip_pending ? ctx->clip : 0, 0, 0, 0};
   ctx->clip_pending = 0;
-  return rg__emit(ctx, o->kind == RG_OPT_ADAMW ? RG_OP_ADAMW : RG_OP_SGD, in, NULL, NULL, NULL,
-                  o, NULL);
+  st = rg__emit(ctx, o->kind == RG_OPT_ADAMW ? RG_OP_ADAMW : RG_OP_SGD, in, NULL, NULL, NULL,
+                o, NULL);
+  for (int i = 0; st == RG_OK && i < o->shadow.n; i++) /* the step rounds into them */
+    if (o->shadow.ref[i]) rg__t(ctx, o->shadow.ref[i])->flags |= RG_T_FRESH;
+  return st;
+}
+
+/* The parameter's shadow (created now if it has none: a persistent BF16 tensor that
+   stands for the parameter in gradients, see internal.h), and a recorded cast into it
+   unless it is fresh. Every optimizer over the parameter writes it from now on. */
+uint32_t rg__shadow(rg_ctx *ctx, uint32_t param) {
+  uint32_t s = rg__t(ctx, param)->shadow;
+  if (!s) {
+    rg_shape sh = rg__shape(ctx, param);
+    if (!(s = rg__new(ctx, RG_POOL_PERSISTENT, RG_BF16, sh.ndim, sh.dims, "autocast")))
+      return 0;
+    rg_tinfo *p = rg__t(ctx, param), *t = rg__t(ctx, s);
+    t->flags = RG_T_GRAD | RG_T_PARAM | RG_T_SHADOW;
+    t->grad = p->grad;
+    t->param = p->param;
+    p->shadow = s;
+    for (rg_optim *o = ctx->optims; o; o = o->next)
+      for (int i = 0; i < o->params.n; i++)
+        if (o->params.ref[i] == param && o->pgen == ctx->pool[RG_POOL_PERSISTENT].gen)
+          o->shadow.ref[i] = s;
+  }
+  if (rg__t(ctx, s)->flags & RG_T_FRESH) return s;
+  rg_node *n = rg__record(ctx, RG_OP_CAST);
+  if (!n) return 0;
+  n->in[0] = param;
+  n->out[0] = s;
+  if (rg__commit(ctx, n) != RG_OK) return 0;
+  rg__t(ctx, s)->flags |= RG_T_FRESH;
+  return s;
+}
+
+/* A parameter's value changed outside the queue (rg_write, rg_load): its shadow is not
+   its rounding any more. */
+void rg__shadow_stale(rg_ctx *ctx, uint32_t param) {
+  uint32_t s = rg__t(ctx, param)->shadow;
+  if (s) rg__t(ctx, s)->flags &= (uint8_t)~RG_T_FRESH;
+}
+
+/* After a failed drain (its later nodes never run), no shadow is known to be fresh. */
+void rg__shadows_stale(rg_ctx *ctx) {
+  for (int i = 0; i < ctx->nparams; i++) rg__shadow_stale(ctx, ctx->prefs[i]);
 }
 
 rg_status rg_optim_set_lr(rg_optim *o, float lr) {
@@ -176,5 +225,6 @@ void rg_optim_free(rg_optim *o) {
   rg__free(ctx, o->grads.ref);
   rg__free(ctx, o->m.ref);
   rg__free(ctx, o->v.ref);
+  rg__free(ctx, o->shadow.ref);
   rg__free(ctx, o);
 }

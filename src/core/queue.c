@@ -134,6 +134,7 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
            *lab ? "]" : "", msg);
   set_state(ctx, first, failed, RG_READY, 0);
   set_state(ctx, failed, last, RG_FAILED, keep_failure(ctx, full));
+  rg__shadows_stale(ctx); /* a cast or a step into one may not have run */
   ctx->st.nodes_executed += failed - first;
   if (ctx->err == RG_OK) {
     ctx->err = st;

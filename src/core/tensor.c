@@ -563,6 +563,7 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   if ((st = ctx->be->upload(ctx, ti->data, src, bytes)) != RG_OK) return st;
   ti->state = RG_READY;
   ti->fail = 0;
+  rg__shadow_stale(ctx, ref);
   count(&ctx->st.up, &ctx->st.up_site[RG_SITE_WRITE], bytes);
   return RG_OK;
 }

@@ -193,6 +193,20 @@ static void adam_tensor(const adam_c *c, const rg_tv *w, const rg_tv *g, const r
   }
 }
 
+/* The updated parameter w rounded into its BF16 shadow (o->shadow; absent: nothing). */
+static void to_shadow(rg_kargs *k, const rg_tv *w, uint32_t shadow) {
+  rg_tv s = view_of(k, shadow);
+  if (!s.p) return;
+  int threads = nthreads(k);
+  (void)threads; /* read only by OpenMP pragmas */
+  int64_t n = w->n, nc = nchunks(n);
+  const float *pw = w->p;
+  uint16_t *ps = s.p;
+#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
+  for (int64_t ch = 0; ch < nc; ch++)
+    for (int64_t i = ch * CHUNK; i < min64(n, (ch + 1) * CHUNK); i++) ps[i] = rg_f32_to_bf16(pw[i]);
+}
+
 rg_status rg_cpu_adamw(rg_kargs *k) {
   const rg_optim *o = k->node->aux;
   if (skipped(k)) return RG_OK;
@@ -206,7 +220,9 @@ rg_status rg_cpu_adamw(rg_kargs *k) {
   for (int i = 0; i < o->params.n; i++) {
     rg_tv w = view_of(k, o->params.ref[i]), g = view_of(k, o->grads.ref[i]);
     rg_tv m = view_of(k, o->m.ref[i]), v = view_of(k, o->v.ref[i]);
-    if (w.p && g.p && m.p && v.p) adam_tensor(&c, &w, &g, &m, &v, nthreads(k));
+    if (!w.p || !g.p || !m.p || !v.p) continue;
+    adam_tensor(&c, &w, &g, &m, &v, nthreads(k));
+    to_shadow(k, &w, o->shadow.ref[i]);
   }
   return RG_OK;
 }
@@ -257,7 +273,9 @@ rg_status rg_cpu_sgd(rg_kargs *k) {
   for (int i = 0; i < o->params.n; i++) {
     rg_tv w = view_of(k, o->params.ref[i]), g = view_of(k, o->grads.ref[i]);
     rg_tv m = momentum ? view_of(k, o->m.ref[i]) : view_of(k, 0);
-    if (w.p && g.p) sgd_tensor(&c, &w, &g, &m, nthreads(k));
+    if (!w.p || !g.p) continue;
+    sgd_tensor(&c, &w, &g, &m, nthreads(k));
+    to_shadow(k, &w, o->shadow.ref[i]);
   }
   return RG_OK;
 }

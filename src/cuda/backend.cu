@@ -361,7 +361,8 @@ static rg_status clip_soft(rg_ctx *ctx, size_t first, size_t last, size_t *at, c
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 static uint64_t list_hash(rg_ctx *ctx, const rg_list *l, uint64_t h) {
-  for (int i = 0; l && i < l->n; i++) h = mix(h, (uint64_t)(uintptr_t)rg__t(ctx, l->ref[i])->data);
+  for (int i = 0; l && i < l->n; i++)
+    h = mix(h, l->ref[i] ? (uint64_t)(uintptr_t)rg__t(ctx, l->ref[i])->data : 0);
   return mix(h, l ? (uint64_t)l->n : 0);
 }
 
@@ -390,6 +391,7 @@ static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
     const rg_optim *o = (const rg_optim *)n->aux;
     uint64_t h = list_hash(ctx, &o->params, 1469598103934665603ull);
     h = list_hash(ctx, &o->grads, list_hash(ctx, &o->m, list_hash(ctx, &o->v, h)));
+    h = list_hash(ctx, &o->shadow, h); /* a shadow made later changes the launch */
     g->aux_hash = mix(mix(h, (uint64_t)(uintptr_t)rg__t(ctx, o->hyper)->data),
                       (uint64_t)(uintptr_t)rg__t(ctx, o->step)->data);
   }

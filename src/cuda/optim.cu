@@ -25,7 +25,8 @@
  *  - The clip norm is a sum of squares in double: per-block partials in scratch, added in
  *    block order by one block, so it repeats exactly.
  *  - F32 is the common case; a BF16 tensor is widened for the arithmetic and rounded back
- *    to nearest even, as on the CPU.
+ *    to nearest even, as on the CPU. A parameter's BF16 shadow (rg_options.bf16) gets the
+ *    updated value rounded the same way.
  */
 #include "cuda.h"
 
@@ -78,13 +79,15 @@ __device__ __forceinline__ void st(void *p, int dt, int64_t i, float v) {
 
 /* ---- multi-tensor packs ---------------------------------------------------------------------- */
 
-/* Up to four roles per tensor (param, grad, m, v; or just one). first[i] is the first
-   block of tensor i; block b works on elements [(b - first[i]) * chunk, + chunk). */
+/* Up to five roles per tensor (param, grad, m, v, the param's BF16 shadow; or just one).
+   first[i] is the first block of tensor i; block b works on elements
+   [(b - first[i]) * chunk, + chunk). */
+#define MT_ROLES 5
 typedef struct mt_pack {
   int n;
   int64_t chunk;
-  void *p[4][MT_MAX];
-  int8_t dt[4][MT_MAX];
+  void *p[MT_ROLES][MT_MAX];
+  int8_t dt[MT_ROLES][MT_MAX];
   int64_t numel[MT_MAX];
   int64_t first[MT_MAX + 1];
 } mt_pack;
@@ -94,9 +97,9 @@ void mt_reset(mt_pack *pk, int64_t chunk) {
   pk->chunk = chunk;
 }
 
-void mt_add(mt_pack *pk, const rg_tv *const v[4]) {
+void mt_add(mt_pack *pk, const rg_tv *const v[MT_ROLES]) {
   int i = pk->n++;
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r < MT_ROLES; r++) {
     pk->p[r][i] = v[r] ? v[r]->p : NULL;
     pk->dt[r][i] = (int8_t)(v[r] ? v[r]->dtype : RG_F32);
   }
@@ -283,7 +286,7 @@ __global__ void adam_k(mt_pack pk, const adam_hdr *hp) {
   const adam_hdr c = *hp;
   int64_t lo, hi;
   int i = mt_locate(pk, &lo, &hi);
-  void *pw = pk.p[0][i], *pm = pk.p[2][i], *pv = pk.p[3][i];
+  void *pw = pk.p[0][i], *pm = pk.p[2][i], *pv = pk.p[3][i], *ps = pk.p[4][i];
   const void *pg = pk.p[1][i];
   int dw = pk.dt[0][i], dg = pk.dt[1][i], dm = pk.dt[2][i], dv = pk.dt[3][i];
   for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
@@ -295,6 +298,7 @@ __global__ void adam_k(mt_pack pk, const adam_hdr *hp) {
     st(pm, dm, e, mv);
     st(pv, dv, e, vv);
     st(pw, dw, e, w);
+    if (ps) st(ps, RG_BF16, e, w);
   }
 }
 
@@ -317,7 +321,7 @@ __global__ void sgd_k(mt_pack pk, const sgd_hdr *hp) {
   const sgd_hdr c = *hp;
   int64_t lo, hi;
   int i = mt_locate(pk, &lo, &hi);
-  void *pw = pk.p[0][i], *pb = c.momentum != 0.f ? pk.p[2][i] : NULL;
+  void *pw = pk.p[0][i], *pb = c.momentum != 0.f ? pk.p[2][i] : NULL, *ps = pk.p[4][i];
   const void *pg = pk.p[1][i];
   int dw = pk.dt[0][i], dg = pk.dt[1][i], db = pk.dt[2][i];
   for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
@@ -328,7 +332,9 @@ __global__ void sgd_k(mt_pack pk, const sgd_hdr *hp) {
       st(pb, db, e, b);
       g = b;
     }
-    st(pw, dw, e, __fadd_rn(w, __fmul_rn(-c.lr, g)));
+    w = __fadd_rn(w, __fmul_rn(-c.lr, g));
+    st(pw, dw, e, w);
+    if (ps) st(ps, RG_BF16, e, w);
   }
 }
 
@@ -361,7 +367,7 @@ rg_status rg_cuda_zero_list(rg_kargs *k) {
   for (int i = 0; i < l->n; i++) {
     rg_tv v = view_of(k, l->ref[i]);
     if (!v.p || v.n == 0) continue;
-    const rg_tv *roles[4] = {&v, NULL, NULL, NULL};
+    const rg_tv *roles[MT_ROLES] = {&v, NULL, NULL, NULL, NULL};
     mt_add(&pk, roles);
     pk.dt[0][pk.n - 1] = (int8_t)rg__dtype_size(v.dtype); /* zeroing needs only the size */
     if (pk.n == MT_MAX) {
@@ -405,7 +411,7 @@ rg_status rg_cuda_clip(rg_kargs *k) {
   for (int i = 0; i < l->n; i++) {
     rg_tv g = view_of(k, l->ref[i]);
     if (!g.p || g.n == 0) continue;
-    const rg_tv *roles[4] = {&g, NULL, NULL, NULL};
+    const rg_tv *roles[MT_ROLES] = {&g, NULL, NULL, NULL, NULL};
     mt_add(&pk, roles);
     if (pk.n == MT_MAX) {
       sumsq_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, part, base);
@@ -422,7 +428,7 @@ rg_status rg_cuda_clip(rg_kargs *k) {
   for (int i = 0; i < l->n; i++) {
     rg_tv g = view_of(k, l->ref[i]);
     if (!g.p || g.n == 0) continue;
-    const rg_tv *roles[4] = {&g, NULL, NULL, NULL};
+    const rg_tv *roles[MT_ROLES] = {&g, NULL, NULL, NULL, NULL};
     mt_add(&pk, roles);
     if (pk.n == MT_MAX) {
       clip_scale_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
@@ -450,8 +456,9 @@ rg_status rg_cuda_adamw(rg_kargs *k) {
   for (int i = 0; i < o->params.n; i++) {
     rg_tv w = view_of(k, o->params.ref[i]), g = view_of(k, o->grads.ref[i]);
     rg_tv m = view_of(k, o->m.ref[i]), v = view_of(k, o->v.ref[i]);
+    rg_tv sh = view_of(k, o->shadow.ref[i]);
     if (!w.p || !g.p || !m.p || !v.p || w.n == 0) continue;
-    const rg_tv *roles[4] = {&w, &g, &m, &v};
+    const rg_tv *roles[MT_ROLES] = {&w, &g, &m, &v, sh.p ? &sh : NULL};
     mt_add(&pk, roles);
     if (pk.n == MT_MAX) {
       adam_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
@@ -482,8 +489,9 @@ rg_status rg_cuda_sgd(rg_kargs *k) {
   for (int i = 0; i < o->params.n; i++) {
     rg_tv w = view_of(k, o->params.ref[i]), g = view_of(k, o->grads.ref[i]);
     rg_tv m = has_m ? view_of(k, o->m.ref[i]) : view_of(k, 0);
+    rg_tv sh = view_of(k, o->shadow.ref[i]);
     if (!w.p || !g.p || w.n == 0) continue;
-    const rg_tv *roles[4] = {&w, &g, m.p ? &m : NULL, NULL};
+    const rg_tv *roles[MT_ROLES] = {&w, &g, m.p ? &m : NULL, NULL, sh.p ? &sh : NULL};
     mt_add(&pk, roles);
     if (pk.n == MT_MAX) {
       sgd_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
