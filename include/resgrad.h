@@ -124,7 +124,12 @@ typedef struct rg_options {
                               Backward, every gradient is F32; a product's incoming
                               gradient is rounded to BF16 for its gradient products.
                               Parameters (master weights), their gradients, optimizer
-                              state and the loss stay F32. tf32 does not apply to BF16
+                              state and the loss stay F32. A parameter's cast is made
+                              once into a persistent BF16 copy (2 bytes a parameter)
+                              that every optimizer step rounds its update into, so a
+                              training step casts no weights (rg_write or rg_load of
+                              the parameter, or a failed drain, make the next use
+                              cast again). tf32 does not apply to BF16
                               products. The CPU computes every op in F32 on the widened
                               values and rounds its BF16 results once, as CUDA does, so
                               the backends differ by summation order (and CUDA's
