@@ -9,7 +9,9 @@
  * without a drain; rg_optim_steps counts; rg_clip_grad_norm scales the global norm to
  * max_norm and leaves smaller gradients bit-identical; a non-finite gradient (log of a
  * negative number, division by zero) skips the update with weights, moments and the step
- * count bit-identical and reports RG_ERR_NONFINITE at the barrier, and training goes on.
+ * count bit-identical and reports RG_ERR_NONFINITE at the barrier, and training goes on
+ * (the gradients are zeroed by the rg_zero_grad after it all the same); rg_zero_grad right
+ * after a step folds into it (no node), elsewhere records its own, and both zero.
  * Exits non-zero on any failure.
  */
 #include "common.h"
@@ -387,6 +389,38 @@ static void nonfinite_case(int use_div, int barrier_is_item) {
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
 }
 
+/* rg_zero_grad right after a step over every parameter records nothing: the step zeroes
+   the gradients as it reads them. Anywhere else it records its own node. Either way the
+   gradients read zero afterwards. */
+static void zero_fold_case(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 5});
+  if (!ctx) return;
+  double w[N];
+  rg_tensor tw = make_w(ctx, w);
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.1f});
+  int64_t n = N;
+  float c[N], g[N];
+  grad_of(1, c);
+  for (int late = 0; late < 2; late++) {
+    CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+    rg_tensor loss = rg_sum(ctx, rg_mul(ctx, tw, rg_input(ctx, RG_F32, 1, &n, c)), RG_ALL_AXES, 0);
+    CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+    CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+    if (late) rg_scale(ctx, loss, 2.0f); /* a node between the step and rg_zero_grad */
+    rg_stats s0, s1;
+    rg_stats_get(ctx, &s0);
+    CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+    rg_stats_get(ctx, &s1);
+    CHECK(s1.nodes_recorded - s0.nodes_recorded == (uint64_t)late, "rg_zero_grad %s the step "
+          "recorded %llu nodes", late ? "apart from" : "right after",
+          (unsigned long long)(s1.nodes_recorded - s0.nodes_recorded));
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, tw), g, sizeof g), RG_OK);
+    for (int i = 0; i < N; i++) CHECK(g[i] == 0, "gradient %d is %g after rg_zero_grad", i, g[i]);
+  }
+  rg_optim_free(opt);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 /* Many parameters of different shapes: the optimizer state is made per parameter with
    its shape (the persistent tensor table grows while it is made), and the first AdamW
    step moves every element by lr * g / (|g| + eps) = lr * sign(g). */
@@ -451,6 +485,7 @@ int main(void) {
   nonfinite_case(0, 0);
   nonfinite_case(1, 0);
   nonfinite_case(0, 1);
+  zero_fold_case();
   many_params_case();
   return finish();
 }

@@ -535,8 +535,17 @@ rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t) {
   return RG_OK;
 }
 
+/* Right after an optimizer step over every parameter (still queued), the step zeroes the
+   gradients as it reads them (its i[0], ops.h): one node and one pass fewer. */
 rg_status rg_zero_grad(rg_ctx *ctx) {
   if (!ctx) return RG_ERR_MISUSE;
   if (!ctx->nparams) return RG_OK;
+  rg_node *n = ctx->n_nodes > ctx->q_head ? &ctx->nodes[ctx->n_nodes - 1] : NULL;
+  const rg_optim *o = n && (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) ? n->aux : NULL;
+  if (o && o->grads.n == ctx->zero_list.n &&
+      !memcmp(o->grads.ref, ctx->zero_list.ref, sizeof(uint32_t) * (size_t)o->grads.n)) {
+    n->i[0] = 1;
+    return RG_OK;
+  }
   return rg__emit(ctx, RG_OP_ZERO_LIST, NULL, NULL, NULL, NULL, &ctx->zero_list, NULL);
 }

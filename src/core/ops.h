@@ -98,7 +98,9 @@
  *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
  *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
  *            0 and gradients scaled by min(1, max_norm/(norm+1e-6)).
- *  ADAMW     aux = rg_optim; in[0] = clip state or 0. SGD likewise.
+ *  ADAMW     aux = rg_optim; in[0] = clip state or 0; i[0] = 1: then zero the gradients
+ *            (rg_zero_grad right after the step folds its ZERO_LIST in), also when the
+ *            update is skipped for a non-finite norm, not after a failure. SGD likewise.
  *  ALLREDUCE aux = rg_list of parameter gradients (F32), replaced by their average over
  *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
  *            i[1] = its bytes. Recorded by rg_backward only when there is more than one

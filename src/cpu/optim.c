@@ -207,9 +207,19 @@ static void to_shadow(rg_kargs *k, const rg_tv *w, uint32_t shadow) {
     for (int64_t i = ch * CHUNK; i < min64(n, (ch + 1) * CHUNK); i++) ps[i] = rg_f32_to_bf16(pw[i]);
 }
 
+/* i[0] = 1 (rg_zero_grad right after the step): the gradients are zeroed once read, also
+   when the update is skipped. */
+static rg_status zero_after(rg_kargs *k, const rg_optim *o) {
+  for (int i = 0; k->node->i[0] && i < o->grads.n; i++) {
+    rg_tv g = view_of(k, o->grads.ref[i]);
+    if (g.p) memset(g.p, 0, (size_t)g.n * rg__dtype_size(g.dtype));
+  }
+  return RG_OK;
+}
+
 rg_status rg_cpu_adamw(rg_kargs *k) {
   const rg_optim *o = k->node->aux;
-  if (skipped(k)) return RG_OK;
+  if (skipped(k)) return zero_after(k, o);
   rg_tv hv = view_of(k, o->hyper);
   const float *h = hv.p;
   double lr = h[RG_H_LR], b1 = h[RG_H_B1], b2 = h[RG_H_B2], wd = h[RG_H_WD];
@@ -224,7 +234,7 @@ rg_status rg_cpu_adamw(rg_kargs *k) {
     adam_tensor(&c, &w, &g, &m, &v, nthreads(k));
     to_shadow(k, &w, o->shadow.ref[i]);
   }
-  return RG_OK;
+  return zero_after(k, o);
 }
 
 typedef struct sgd_c { float lr, momentum, wd; } sgd_c;
@@ -264,7 +274,7 @@ static void sgd_tensor(const sgd_c *c, const rg_tv *w, const rg_tv *g, const rg_
 
 rg_status rg_cpu_sgd(rg_kargs *k) {
   const rg_optim *o = k->node->aux;
-  if (skipped(k)) return RG_OK;
+  if (skipped(k)) return zero_after(k, o);
   rg_tv hv = view_of(k, o->hyper);
   const float *h = hv.p;
   sgd_c c = {h[RG_H_LR], h[RG_H_B1], h[RG_H_WD]};
@@ -277,7 +287,7 @@ rg_status rg_cpu_sgd(rg_kargs *k) {
     sgd_tensor(&c, &w, &g, &m, nthreads(k));
     to_shadow(k, &w, o->shadow.ref[i]);
   }
-  return RG_OK;
+  return zero_after(k, o);
 }
 
 /* ---- allreduce: the transport is the core's (dist.c); CPU tensors are host memory ---- */

@@ -240,12 +240,12 @@ __global__ void clip_scale_k(mt_pack pk, const clip_hdr *h) {
 
 /* The per-step constants of AdamW, folded in double as PyTorch does on the host. */
 typedef struct adam_hdr {
-  int skip;
+  int skip, zero; /* zero: also zero the gradients (see rg_cuda_adamw) */
   float decay, omb1, b2, omb2, step_size, bc2_sqrt, eps;
 } adam_hdr;
 
 typedef struct sgd_hdr {
-  int skip;
+  int skip, zero;
   float lr, momentum, wd;
 } sgd_hdr;
 
@@ -263,7 +263,8 @@ __device__ __forceinline__ int32_t bump_step(int32_t *step) {
 
 __global__ void adam_prep_k(const float *__restrict__ state, int32_t *__restrict__ step,
                             const float *__restrict__ hyper, adam_hdr *h,
-                            const rg_cuda_err *err) {
+                            const rg_cuda_err *err, int zero) {
+  h->zero = zero && err_code(err) == 0;
   h->skip = step_skipped(state, err);
   if (h->skip) return;
   double lr = hyper[RG_H_LR], b1 = hyper[RG_H_B1], b2 = hyper[RG_H_B2], wd = hyper[RG_H_WD];
@@ -281,8 +282,19 @@ __global__ void adam_prep_k(const float *__restrict__ state, int32_t *__restrict
 /* PyTorch's single-tensor AdamW, op for op: decoupled decay, m.lerp_(g, 1-b1),
    v = v*b2 + (1-b2) g^2, w += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). Roles: 0 w,
    1 g, 2 m, 3 v. */
+/* Zeroes this block's range of role 1 (the gradients) when the header says so: a skipped
+   step still zeroes them (rg_zero_grad came after it), a failed drain does not. */
+template <typename H> __device__ bool skip_or_zero(const mt_pack &pk, const H *hp) {
+  if (!hp->skip) return false;
+  int64_t lo, hi;
+  int i = mt_locate(pk, &lo, &hi);
+  for (int64_t e = lo + threadIdx.x; hp->zero && e < hi; e += blockDim.x)
+    st(pk.p[1][i], pk.dt[1][i], e, 0.f);
+  return true;
+}
+
 __global__ void adam_k(mt_pack pk, const adam_hdr *hp) {
-  if (hp->skip) return; /* set by adam_prep_k from the error word and the clip state */
+  if (skip_or_zero(pk, hp)) return; /* adam_prep_k read the error word and the clip state */
   const adam_hdr c = *hp;
   int64_t lo, hi;
   int i = mt_locate(pk, &lo, &hi);
@@ -299,12 +311,14 @@ __global__ void adam_k(mt_pack pk, const adam_hdr *hp) {
     st(pv, dv, e, vv);
     st(pw, dw, e, w);
     if (ps) st(ps, RG_BF16, e, w);
+    if (c.zero) st((void *)pg, dg, e, 0.f);
   }
 }
 
 __global__ void sgd_prep_k(const float *__restrict__ state, int32_t *__restrict__ step,
                            const float *__restrict__ hyper, sgd_hdr *h,
-                           const rg_cuda_err *err) {
+                           const rg_cuda_err *err, int zero) {
+  h->zero = zero && err_code(err) == 0;
   h->skip = step_skipped(state, err);
   if (h->skip) return;
   h->lr = hyper[RG_H_LR];
@@ -317,7 +331,7 @@ __global__ void sgd_prep_k(const float *__restrict__ state, int32_t *__restrict_
    zero, which equals PyTorch's first-step buf = g'); w -= lr buf, or w -= lr g' without
    momentum. Roles: 0 w, 1 g, 2 buf (NULL without momentum buffers). */
 __global__ void sgd_k(mt_pack pk, const sgd_hdr *hp) {
-  if (hp->skip) return; /* set by sgd_prep_k from the error word and the clip state */
+  if (skip_or_zero(pk, hp)) return; /* sgd_prep_k read the error word and the clip state */
   const sgd_hdr c = *hp;
   int64_t lo, hi;
   int i = mt_locate(pk, &lo, &hi);
@@ -335,6 +349,7 @@ __global__ void sgd_k(mt_pack pk, const sgd_hdr *hp) {
     w = __fadd_rn(w, __fmul_rn(-c.lr, g));
     st(pw, dw, e, w);
     if (ps) st(ps, RG_BF16, e, w);
+    if (c.zero) st((void *)pg, dg, e, 0.f);
   }
 }
 
@@ -450,7 +465,7 @@ rg_status rg_cuda_adamw(rg_kargs *k) {
   adam_hdr *h = (adam_hdr *)L->scratch;
   rg_tv hv = view_of(k, o->hyper), sv = view_of(k, o->step);
   adam_prep_k<<<1, 1, 0, L->stream>>>((const float *)k->in[0].p, (int32_t *)sv.p,
-                                      (const float *)hv.p, h, L->err);
+                                      (const float *)hv.p, h, L->err, (int)k->node->i[0]);
   mt_pack pk;
   mt_reset(&pk, MT_CHUNK);
   for (int i = 0; i < o->params.n; i++) {
@@ -482,7 +497,7 @@ rg_status rg_cuda_sgd(rg_kargs *k) {
   sgd_hdr *h = (sgd_hdr *)L->scratch;
   rg_tv hv = view_of(k, o->hyper), sv = view_of(k, o->step);
   sgd_prep_k<<<1, 1, 0, L->stream>>>((const float *)k->in[0].p, (int32_t *)sv.p,
-                                     (const float *)hv.p, h, L->err);
+                                     (const float *)hv.p, h, L->err, (int)k->node->i[0]);
   bool has_m = o->m.n > 0;
   mt_pack pk;
   mt_reset(&pk, MT_CHUNK);
