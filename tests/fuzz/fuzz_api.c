@@ -821,7 +821,9 @@ static void op_unary(fz *F) {
   if (r.id && live) {
     shp sr;
     shape_of(F, r, &sr);
-    int want_dt = k == 16 ? dt : sx.dtype;
+    /* with rg_options.bf16 a BF16 operand is widened, unless the op returns it as is */
+    int widened = ctx->opt.bf16 && sx.dtype == RG_BF16 && k != 14 && r.id != x.id;
+    int want_dt = k == 16 ? dt : widened ? RG_F32 : sx.dtype;
     if (sr.ndim != sx.ndim || memcmp(sr.d, sx.d, sizeof(int64_t) * (size_t)sx.ndim) ||
         sr.dtype != want_dt)
       violation(F, "shape", "the result's shape or dtype is not its operand's");
@@ -2153,6 +2155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.check = h[0] & 1;
   o.check_finite = h[0] >> 1 & 1;
   o.threads = h[0] >> 3 & 1 ? 2 : 1;
+  o.bf16 = h[0] >> 6 & 1; /* bf16 activations, widening casts, parameters' shadows */
   o.pass_budget = F->pass_budget = budget(h[1]);
   o.persistent_budget = F->pers_budget = budget(h[2]);
   o.max_queued = h[3] < 200 ? 0 : (size_t)(h[3] - 199);

@@ -39,10 +39,10 @@ OP = {name: i for i, name in enumerate(OPS)}
 
 
 def header(check=0, check_finite=0, threads2=0, inject=0, eval_mode=0, pass_b=20,
-           pers_b=20, max_queued=0, seed=1, inject_at=0, free_mask=0xff):
+           pers_b=20, max_queued=0, seed=1, inject_at=0, free_mask=0xff, bf16=0):
     """pass_b / pers_b: budget selectors (<16: 256 B << b%8; else 64 KB << b%7, so 20 is
     4 MB); max_queued: 0 = default, else the guard's limit (1..56)."""
-    flags = check | check_finite << 1 | threads2 << 3 | inject << 4 | eval_mode << 5
+    flags = check | check_finite << 1 | threads2 << 3 | inject << 4 | eval_mode << 5 | bf16 << 6
     mq = 0 if not max_queued else 199 + max_queued
     h = [flags, pass_b, pers_b, mq, seed & 255, seed >> 8 & 255, inject_at >> 8 & 255,
          inject_at & 255, free_mask]
@@ -127,6 +127,13 @@ def main():
     seeds["story-threads-eval"] = story(["OP_UNARY", "OP_MATMUL", "OP_ATTENTION",
                                          "OP_NORM", "OP_READ"], 14,
                                         hdr=header(threads2=1, eval_mode=1, seed=14), reps=5)
+    seeds["story-bf16-train"] = story(["OP_TRAIN_STEP", "OP_NN", "OP_GPT", "OP_OPTIM_STEP",
+                                       "OP_ZERO_GRAD", "OP_WRITE", "OP_EMBEDDING", "OP_XENT",
+                                       "OP_STEP_BEGIN"], 16, hdr=header(bf16=1, seed=16),
+                                      reps=5)
+    seeds["story-bf16-ops"] = story(["OP_MATMUL", "OP_UNARY", "OP_BINARY", "OP_NORM",
+                                     "OP_ATTENTION", "OP_BACKWARD", "OP_READ"], 17,
+                                    hdr=header(bf16=1, check=1, seed=17), reps=5)
     seeds["story-null"] = story(["OP_NULL_CTX", "OP_STATS", "OP_MODE"], 15, reps=8)
     total = 0
     for name, data in sorted(seeds.items()):
