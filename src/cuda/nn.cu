@@ -5,9 +5,11 @@
  *
  * Invariants:
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
- *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 up
- *    to 256 by a warp holding the row in registers); per-row sums accumulate in double
- *    like the CPU, in an order fixed by the group size, so results repeat exactly.
+ *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 by
+ *    a warp holding the row in registers: the forward's up to 256, the backward's up to
+ *    1024); per-row sums accumulate in double like the CPU (the norm backward's per lane
+ *    in float, then in double across lanes), in an order fixed by the group size, so
+ *    results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
  *    adds them in order. Embedding's backward sorts positions by id (a counting sort made
@@ -303,31 +305,49 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
   }
 }
 
-/* ---- layernorm and rmsnorm on short rows: a warp per row from registers ----------------
-   gpt-char's layernorm backward on [4096, 256] took 25 us (an H200) and GPT-2's on
-   [8192, 768] 64 us: the kernels above read a row of x four times and g twice with a
-   strided loop each time, and the dgamma/dbeta kernel gave 8 blocks 8 row segments each.
-   For C % 4 == 0 and C <= 128 NV, a warp holds its row of x (and g) in registers, NV
-   float4 per lane (C = 256: 2), so each is read once with 512-byte coalesced loads. The
-   statistics are the same doubles as above. The backward also sums dgamma and dbeta:
-   block b takes rows [b rchunk, (b+1) rchunk), its warps alternating; each lane adds its
-   columns over its warp's rows (a few, in float), the block adds its warps' sums in warp
-   order (double, shared memory) into part[b] = [dgamma | dbeta], and rg_cuda_col_final
-   (reduce.cu) adds the blocks in order: deterministic, no atomics. Measured (H200): the
-   backward on [4096, 256] 25 -> 18 us; on [8192, 768] (6 float4 a lane) it was slower,
-   64 -> 99 us (register-bound: one block an SM), as the forward (19.5 -> 21.8 us), so
-   wider rows keep the kernels above. */
+/* ---- layernorm and rmsnorm from registers: a warp per row ----------------------------------
+   For C % 4 == 0 a warp holds its row in registers, NV float4 per lane (float4 j of the
+   row is column group j*32 + lane), so each row is read once with 512-byte coalesced loads.
 
-#define NORM_WARPS 8     /* warps (rows at a time) per block */
-#define NORM_ROWS 16     /* rows per block of the backward at least */
-#define NORM_BLOCKS 1024 /* at most, so the partials stay small */
+   The forward does this for C <= 256 (NV = 2) with the statistics of row_stats. Measured
+   (H200): at [8192, 768] it was slower than norm_fwd_k (19.5 -> 21.8 us), so wider rows
+   keep that.
+
+   The backward does it for C <= 1024 (NV = 2, 4, 6 or 8). The strided kernels above took
+   64.7 us on GPT-2's [8192, 768] (an H200; the traffic allows ~25): they read x four times
+   and g twice a row, then both again for dgamma and dbeta, with a dozen or more float to
+   double conversions an element (an H100/H200 does 16 an SM per clock, an eighth of the
+   float rate). An earlier version of this kernel was slower still at 768 (99 us): it kept
+   the sums of g xhat and g for the lane's 24 columns in 48 registers beside the row, in
+   double per element, so one block of 8 warps fitted an SM. So now:
+    - x, g and gamma (once per warp) are read into registers once each; dx is written once;
+    - per element the arithmetic is float, and a lane's partial sums (at most 32 elements)
+      are float; the sums across lanes are double (warp_sum): the mean first, then the
+      variance of the centred values and sum dxh (x - mu) (so mean(dxh xhat) = that
+      rstd / C), two rounds of shuffles a row and no barrier;
+    - g xhat and g are added into the warp's own slice of shared memory ([warps][2C]
+      floats, rmsnorm [warps][C]; a lane touches only its columns: no races, and no
+      registers held across rows), and after its rows
+      the block adds its warps' slices in warp order (double) into part[b] = [dgamma |
+      dbeta] (rmsnorm: [dgamma]); rg_cuda_col_final (reduce.cu) adds the blocks in order.
+      Deterministic, no atomics.
+   Blocks of 8 warps (6 at NV = 8, so the slices stay within the 48 KB a block gets
+   without opting in), in chunks of rows so that there are about NORM_BWD_BLOCKS of them:
+   two fit an SM (<= 128 registers), one wave on an H200's 132 SMs, 16 warps an SM with a
+   row each (6 KB of x and g at C = 768) in flight. Expected at [8192, 768]: 50 MB read,
+   25 MB written and 3 MB of partials each way, ~27 us at ~3 TB/s (from 64.7). */
+
+#define NORM_WARPS 8         /* warps (rows at a time) per block */
+#define NORM_BWD_ROWS 8      /* rows per block of the backward at least */
+#define NORM_BWD_BLOCKS 256  /* about (a constant: the partials depend only on R and C) */
 
 typedef struct norm_args {
   const float *x, *gamma, *beta, *g;
   void *out;             /* y (F32 or BF16), or dx (F32; may be NULL) */
   int64_t R, C, rchunk;  /* rchunk: the backward's rows per block */
   double eps;
-  double *part;          /* the backward's [gridDim.x][2C] partials */
+  double *part;          /* the backward's [gridDim.x][ncol] partials; NULL: no dgamma,
+                            dbeta wanted */
 } norm_args;
 
 /* The lane's share of a row: float4 j is column group j*32 + lane, zeros past the row. */
@@ -402,66 +422,100 @@ __global__ void norm_fwd_warp_k(norm_args a) {
   }
 }
 
-/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma (norm_bwd_k's), and the
-   block's partial dgamma = sum g xhat, dbeta = sum g (see above). Shared: 2C doubles. */
+__device__ __forceinline__ float sum4f(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ float dot4f(float4 a, float4 b) {
+  return (a.x * b.x + a.y * b.y) + (a.z * b.z + a.w * b.w);
+}
+
+/* Warps per block of the backward (see above). */
+__host__ __device__ constexpr int bwd_warps(int nv) { return nv == 8 ? 6 : NORM_WARPS; }
+
+/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma (norm_bwd_k's), and
+   the block's partial dgamma = sum g xhat, dbeta = sum g (see above). Rows r0 + wid,
+   r0 + wid + warps, ... of the block's chunk; shared: [warps][ncol] floats when a.part. */
 template <int NV, bool CENTRE>
-__global__ void norm_bwd_warp_k(norm_args a) {
-  extern __shared__ double shp[];
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  int64_t C4 = a.C / 4, r0 = (int64_t)blockIdx.x * a.rchunk, r1 = min(a.R, r0 + a.rchunk);
-  float ag[NV][4], ab[NV][4];
+__global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_args a) {
+  extern __shared__ float4 acc[];
+  constexpr int nw = bwd_warps(NV);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int64_t C = a.C, C4 = C / 4, ncol4 = CENTRE ? 2 * C4 : C4;
+  const int64_t r0 = (int64_t)blockIdx.x * a.rchunk, r1 = min(a.R, r0 + a.rchunk);
+  float4 *ag = acc + wid * ncol4, *ab = ag + C4; /* the warp's dgamma | dbeta */
+  float4 gm[NV];
+  if (a.gamma) {
+    load_row<NV>(a.gamma, C4, lane, gm);
+  } else {
 #pragma unroll
-  for (int j = 0; j < NV; j++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) ag[j][e] = ab[j][e] = 0.f;
-  for (int64_t r = r0 + wid; r < r1; r += NORM_WARPS) {
-    float4 xv[NV], gv[NV];
-    load_row<NV>(a.x + r * a.C, C4, lane, xv);
-    load_row<NV>(a.g + r * a.C, C4, lane, gv);
-    double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
-    double s1 = 0, s2 = 0;
+    for (int j = 0; j < NV; j++) gm[j] = make_float4(1.f, 1.f, 1.f, 1.f);
+  }
+  if (a.part) {
 #pragma unroll
     for (int j = 0; j < NV; j++) {
       int64_t q = (int64_t)j * 32 + lane;
       if (q >= C4) continue;
+      ag[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (CENTRE) ab[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  for (int64_t r = r0 + wid; r < r1; r += nw) {
+    float4 xv[NV], gv[NV];
+    load_row<NV>(a.x + r * C, C4, lane, xv);
+    load_row<NV>(a.g + r * C, C4, lane, gv);
+    double mu = 0, s1 = 0;
+    if (CENTRE) { /* zeros past the row add nothing */
+      float sx = 0.f, sd = 0.f;
+#pragma unroll
+      for (int j = 0; j < NV; j++) sx += sum4f(xv[j]), sd += dot4f(gv[j], gm[j]);
+      mu = warp_sum((double)sx) / (double)C;
+      s1 = warp_sum((double)sd);
+    }
+    const float muf = (float)mu;
+    float sv = 0.f, sd = 0.f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      if ((int64_t)j * 32 + lane >= C4) continue;
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float ge = at(gv[j], e);
-        double xh = (at(xv[j], e) - st.x) * st.y;
-        double dxh = a.gamma ? (double)ge * a.gamma[4 * q + e] : (double)ge;
-        s1 += dxh;
-        s2 += dxh * xh;
-        ag[j][e] += (float)(ge * xh);
-        ab[j][e] += ge;
+        float d = at(xv[j], e) - muf;
+        sv += d * d;
+        sd += at(gv[j], e) * at(gm[j], e) * d;
       }
     }
-    s1 = warp_sum(s1);
-    s2 = warp_sum(s2);
-    if (!a.out) continue;
-    double m1 = CENTRE ? s1 / (double)a.C : 0.0, m2 = s2 / (double)a.C;
-    store_row<NV>((float *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
-      float ge = at(gv[j], e);
-      double xh = (at(xv[j], e) - st.x) * st.y;
-      double dxh = a.gamma ? (double)ge * a.gamma[c] : (double)ge;
-      return (float)(st.y * (dxh - m1 - xh * m2));
-    });
-  }
-  /* the block's column sums: warps add theirs in warp order */
-  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x) shp[c] = 0;
-  for (int w = 0; w < NORM_WARPS; w++) {
-    __syncthreads();
-    if (wid != w) continue;
+    double rstd = 1.0 / sqrt(warp_sum((double)sv) / (double)C + a.eps);
+    const float rs = (float)rstd, m1 = (float)(s1 / (double)C);
+    const float m2 = (float)(warp_sum((double)sd) * rstd / (double)C);
+    float4 *dr = a.out ? (float4 *)((float *)a.out + r * C) : NULL;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
       int64_t q = (int64_t)j * 32 + lane;
       if (q >= C4) continue;
+      float xh[4], g[4], dx[4];
 #pragma unroll
-      for (int e = 0; e < 4; e++) shp[4 * q + e] += ag[j][e], shp[a.C + 4 * q + e] += ab[j][e];
+      for (int e = 0; e < 4; e++) {
+        xh[e] = (at(xv[j], e) - muf) * rs;
+        g[e] = at(gv[j], e);
+        dx[e] = rs * (g[e] * at(gm[j], e) - m1 - xh[e] * m2);
+      }
+      if (dr) dr[q] = make_float4(dx[0], dx[1], dx[2], dx[3]);
+      if (!a.part) continue;
+      float4 t = ag[q];
+      ag[q] = make_float4(t.x + g[0] * xh[0], t.y + g[1] * xh[1], t.z + g[2] * xh[2],
+                          t.w + g[3] * xh[3]);
+      if (CENTRE) {
+        t = ab[q];
+        ab[q] = make_float4(t.x + g[0], t.y + g[1], t.z + g[2], t.w + g[3]);
+      }
     }
   }
+  if (!a.part) return; /* uniform over the block */
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x)
-    a.part[(int64_t)blockIdx.x * 2 * a.C + c] = shp[c];
+  const float *accf = (const float *)acc;
+  const int64_t ncol = 4 * ncol4;
+  for (int64_t c = threadIdx.x; c < ncol; c += blockDim.x) {
+    double sum = 0;
+    for (int w = 0; w < nw; w++) sum += accf[w * ncol + c];
+    a.part[(int64_t)blockIdx.x * ncol + c] = sum;
+  }
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -478,6 +532,14 @@ bool rows4(int64_t C, const void *p, const void *q) {
 int norm_nv(int64_t C, const float *x, const float *g, const void *out) {
   if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
   return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
+}
+
+/* The backward's NV (2, 4, 6 or 8: C <= 1024), or 0 where it does not apply. */
+int norm_bwd_nv(int64_t C, const float *x, const float *g, const float *dx,
+                const float *gamma) {
+  if (C == 0 || !rows4(C, x, g) || !rows4(C, dx, gamma)) return 0;
+  int64_t nv = cdiv(C / 4, 32);
+  return nv > 8 ? 0 : (int)(nv + (nv & 1));
 }
 
 /* The forward for an output of type TO: the warp kernels when nv, else the row kernels. */
@@ -497,10 +559,21 @@ void launch_norm_fwd(cudaStream_t s, const norm_args &a, int nv) {
                                                            a.R, a.C, a.eps);
 }
 
+/* Columns of the backward's partials: [dgamma | dbeta], rmsnorm [dgamma]. */
+int64_t norm_ncol(int64_t C, bool centre) { return centre ? 2 * C : C; }
+
+/* The backward from registers on grid blocks of a.rchunk rows. */
 template <bool CENTRE>
-void launch_norm_bwd_warp(cudaStream_t s, unsigned grid, const norm_args &a) {
-  size_t shm = 2 * (size_t)a.C * sizeof(double);
-  norm_bwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+void launch_norm_bwd_warp(cudaStream_t s, unsigned grid, const norm_args &a, int nv) {
+  size_t slice = a.part ? (size_t)norm_ncol(a.C, CENTRE) * sizeof(float) : 0; /* a warp's */
+  if (nv == 2)
+    norm_bwd_warp_k<2, CENTRE><<<grid, 32 * bwd_warps(2), bwd_warps(2) * slice, s>>>(a);
+  else if (nv == 4)
+    norm_bwd_warp_k<4, CENTRE><<<grid, 32 * bwd_warps(4), bwd_warps(4) * slice, s>>>(a);
+  else if (nv == 6)
+    norm_bwd_warp_k<6, CENTRE><<<grid, 32 * bwd_warps(6), bwd_warps(6) * slice, s>>>(a);
+  else
+    norm_bwd_warp_k<8, CENTRE><<<grid, 32 * bwd_warps(8), bwd_warps(8) * slice, s>>>(a);
 }
 
 /* ---- id checks (embedding, cross-entropy) ------------------------------------------------- */
@@ -982,7 +1055,8 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
 rg_status rg_cuda_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
 rg_status rg_cuda_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
 
-/* Scratch: row statistics (16 bytes a row) when dgamma or dbeta is wanted, then the
+/* Scratch, when dgamma or dbeta is wanted: for the kernels from registers the blocks'
+   partials [nb][ncol]; for the strided ones row statistics (16 bytes a row), then the
    column partials [nseg][C] of dgamma and of dbeta when the rows are split.
    dgamma (dbeta) is added into in[3] (in[4]) when rg_backward folded it there (ops.h),
    with the error word as the add's guard (rg_cuda_put), else written to out[1] (out[2]). */
@@ -1000,15 +1074,17 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   if (C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   bool params = dgamma || dbeta;
-  int nv = norm_nv(C, x, g, dx);
-  int64_t rchunk = max64(NORM_ROWS, cdiv(R, NORM_BLOCKS)), nb = max64(1, cdiv(R, rchunk));
-  if (nv && (size_t)nb * 2 * (size_t)C * sizeof(double) <= L->scratch_bytes) {
-    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, (double *)L->scratch};
+  int nv = norm_bwd_nv(C, x, g, dx, gamma);
+  int64_t rchunk = max64(NORM_BWD_ROWS, cdiv(R, NORM_BWD_BLOCKS));
+  int64_t nb = max64(1, cdiv(R, rchunk)), ncol = norm_ncol(C, centre);
+  if (nv && (size_t)nb * (size_t)ncol * sizeof(double) <= L->scratch_bytes) {
+    double *part = params ? (double *)L->scratch : NULL;
+    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part};
     if (centre)
-      launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a);
+      launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a, nv);
     else
-      launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a);
-    if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, gacc, bacc);
+      launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a, nv);
+    if (params) rg_cuda_col_final(L, a.part, nb, ncol, C, 1.0, dgamma, dbeta, gacc, bacc);
     return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
   }
   size_t stat_bytes = ((size_t)R * sizeof(double2) + 255) / 256 * 256;
