@@ -7,15 +7,15 @@
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
  *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 by
  *    a warp holding the row in registers: the forward's up to 256, the backward's up to
- *    1024); per-row sums accumulate in double like the CPU (the norm backward's per lane
- *    in float, then in double across lanes), in an order fixed by the group size, so
- *    results repeat exactly.
+ *    1024); per-row sums accumulate in double like the CPU (but float per thread in the
+ *    norm backward and the cross-entropy forward: see there), in an order fixed by the
+ *    group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
  *    adds them in order. Embedding's backward sorts positions by id (a counting sort made
  *    stable by ranking) and sums each table row in position order, as the CPU does.
- *  - Softmax-like rows subtract the row maximum before exp; normalisation takes the mean
- *    first and the variance of the centred values.
+ *  - Softmax-like rows subtract the row maximum (cross-entropy: the running one) before
+ *    exp; normalisation takes the mean first and the variance of the centred values.
  *  - Bad ids (embedding) and targets (cross-entropy) are found by a check kernel that
  *    keeps the lowest failing position (integer atomicMin, deterministic); the next kernel
  *    raises it through the error word and skips those rows, so nothing is written out of
@@ -25,10 +25,11 @@
  *  - Element types: tensors are F32 except the layernorm and rmsnorm outputs, the
  *    cross-entropy logits and its dlogits, each F32 or BF16. Those kernels are
  *    instantiated per type (cuda.h: rg_cuda_typed), compute in float as for F32 and round
- *    a BF16 result once; the F32 instantiations compute what they did before.
+ *    a BF16 result once.
  */
 #include "cuda.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -43,7 +44,7 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
 /* Reduced rows per thread before a column sum is split into segments. */
 #define PER_THREAD 64
 #define TARGET_BLOCKS 4096
-/* Blocks of the first pass of the loss means (their partials are added by one block). */
+/* Blocks of the first pass of the mse mean (their partials are added by one block). */
 #define LOSS_BLOCKS 1024
 #define FLAT_CHUNK 8192
 
@@ -769,23 +770,38 @@ __global__ void emb_scatter_k(const float *__restrict__ g, const int32_t *__rest
 }
 
 /* ---- cross-entropy -----------------------------------------------------------------------
-   On GPT-2's logits [8192, 50304] F32 (1.65 GB) the forward took 1.40 ms and the backward
-   2.55 ms (an H200): each read a row twice or three times (max, exp sum, write). Now the
-   forward reads each logit once, keeping a running max and an exp sum rescaled when the
-   max grows (one expf per element), and saves each row's max and log sum (ops.h: stats);
-   the backward reads the logits once and writes dlogits = (exp(x - max - lse) - onehot)
-   g / count, with the count the forward saved too (no counting kernel). Rows whose width
-   is a multiple of 4 are read and written as float4. Expected: ~0.45 ms forward (one
-   read) and ~0.85 ms backward (a read and a write), from 1.40 and 2.55.
-   The logits may be BF16 (autocast's lm_head), and dlogits too: the same arithmetic in
-   float, a BF16 dlogit rounded once. BF16 logits move 8 at a time (16 bytes), and so does
-   the backward for every type pair: a row of C = 50257 (GPT-2's vocabulary, odd) starts
-   at any element, so each row is a scalar head up to its first element whose index is a
-   multiple of 8 (16-byte aligned in bf16 and in float when the tensors start 16-byte
-   aligned, which the launch checks), 8-element groups, and a scalar tail: at most 14
-   elements of a row go one by one. The F32 forward keeps its two paths (float4 rows,
-   scalar) and their order of additions, so its results are those of before; the
-   backward's are too (each dlogit is computed alone). */
+   The forward reads each logit once and saves each row's max and log sum exp(x - max)
+   (ops.h: stats), so the backward reads the logits once too and writes dlogits =
+   (exp(x - max - lse) - onehot) g / count, with the count the forward saved as well (no
+   counting kernel). The logits may be BF16 (autocast's lm_head), and dlogits too: the
+   same arithmetic in float, a BF16 dlogit rounded once. Both kernels move logits 8 at a
+   time (16 bytes of bf16, 32 of float): a row of C = 50257 (GPT-2's vocabulary, odd)
+   starts at any element, so each row is a scalar head up to its first element whose index
+   is a multiple of 8 (16-byte aligned when the tensors start 16-byte aligned, which the
+   launch checks), 8-element groups, and a scalar tail: at most 14 elements of a row go
+   one by one.
+
+   The forward on GPT-2's [8192, 50257] BF16 (823 MB) took 885 us on an H200, where one
+   read is ~270 us at 3 TB/s: it read once, but folded each logit in alone (compare with
+   the running max, branch, a full-precision expf, and on a new max a second one to
+   rescale the sum, then a float-to-double conversion and a double add that waited on the
+   previous one): ~25 instructions an element, two to four of them at a quarter rate or
+   less (MUFU, F2F.F64), so it was bound by issue and latency, not memory. Now each
+   thread keeps a running max m and a float sum s of exp(x - m); it loads CE_UNROLL
+   groups of 8 (all in flight before any is used), takes their max, rescales s at most
+   once (when the max grows) and adds 2^((x - m) log2 e) for each, one MUFU.EX2 an element,
+   the 32 terms summed pairwise: ~6 instructions an element. m starts at -FLT_MAX, not
+   -inf, so a logit of -inf (a masked class) adds 2^-inf = 0, not the NaN of -inf - -inf;
+   a NaN or +inf logit makes the row's sum NaN, as on the CPU. A thread's s adds ~25
+   group sums (relative error ~1e-6 at worst, ~1e-7 typical, against the CPU's double
+   sum); the threads' pairs merge in float and the row's log is taken in double.
+   Expected at [8192, 50257] BF16: issue ~80 us and MUFU ~100 us under the ~210-270 us of
+   memory, so memory-bound: a block of 256 threads a row (up to CE_BLOCKS blocks, so the
+   hardware balances rows over SMs), <= 64 registers so four blocks an SM, 64 bytes a
+   thread in flight (F32: 128).
+
+   The backward (419 us there: 823 MB read and 823 MB written, about the bandwidth)
+   computes each dlogit alone, as the CPU does. */
 
 typedef struct ce_args {
   const void *x; /* F32 or BF16, the kernels' TX */
@@ -799,25 +815,52 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
   return a.has_ignore && (int64_t)tv == a.ignore;
 }
 
-/* Running (max m, sum s of exp(x - m)) over one more logit. x == m covers -inf == -inf,
-   whose expf(NaN) would poison s; a NaN logit does poison it, as on the CPU. */
-__device__ __forceinline__ void ms_add(float &m, double &s, float x) {
-  if (x > m) {
-    s = s * (double)expf(m - x) + 1.0;
-    m = x;
-  } else {
-    s += x == m ? 1.0 : (double)expf(x - m);
-  }
+#define CE_UNROLL 4    /* groups of 8 logits a thread loads before it uses any */
+#define CE_BLOCKS 8192 /* blocks of the forward at most (one adds their partials) */
+#define LOG2E 1.4426950408889634f
+
+/* 2^x in one MUFU.EX2 (about 2 ulp; a result below 2^-126 is 0, which a sum holding a 1
+   does not see). */
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
-__device__ __forceinline__ void ms_add4(float &m, double &s, float4 v) {
-  ms_add(m, s, v.x), ms_add(m, s, v.y), ms_add(m, s, v.z), ms_add(m, s, v.w);
+/* exp(x - m) */
+__device__ __forceinline__ float exp_from(float x, float m) { return ex2((x - m) * LOG2E); }
+
+/* v[0] + ... + v[N-1] added pairwise (N a power of two). */
+template <int N> __device__ __forceinline__ float tree_sum(const float *v) {
+  if constexpr (N == 1)
+    return v[0];
+  else
+    return tree_sum<N / 2>(v) + tree_sum<N / 2>(v + N / 2);
+}
+
+/* Folds N logits (v is overwritten) into the running (max m, sum s of exp(x - m)): their
+   max first, so s is rescaled at most once, then one exp each, added pairwise. */
+template <int N> __device__ __forceinline__ void ms_add(float &m, float &s, float (&v)[N]) {
+  float g = v[0];
+#pragma unroll
+  for (int e = 1; e < N; e++) g = fmaxf(g, v[e]);
+  if (g > m) {
+    s *= exp_from(m, g);
+    m = g;
+  }
+#pragma unroll
+  for (int e = 0; e < N; e++) v[e] = exp_from(v[e], m);
+  s += tree_sum<N>(v);
+}
+__device__ __forceinline__ void ms_add1(float &m, float &s, float x) {
+  float v[1] = {x};
+  ms_add(m, s, v);
 }
 
 /* Merges another thread's pair. The sum of the two rescaled parts is commutative, so a
    butterfly leaves every lane with the same bits. */
-__device__ __forceinline__ void ms_merge(float &m, double &s, float mo, double so) {
+__device__ __forceinline__ void ms_merge(float &m, float &s, float mo, float so) {
   float M = fmaxf(m, mo);
-  s = (m == M ? s : s * (double)expf(m - M)) + (mo == M ? so : so * (double)expf(mo - M));
+  s = (m == M ? s : s * exp_from(m, M)) + (mo == M ? so : so * exp_from(mo, M));
   m = M;
 }
 
@@ -828,33 +871,29 @@ __device__ __forceinline__ int64_t head8(int64_t e0, int64_t C) {
 }
 
 /* The row's (max, exp sum) over its group (a warp or the block); every thread gets it.
-   The row starts at element e0; V: vectorised, for float the whole row as float4 (C % 4
-   == 0), for bf16 head, 8-element groups and tail (see above). In block mode the warps'
-   pairs are merged in warp order, after a leading barrier that makes back-to-back rows
-   safe. */
+   The row starts at element e0; V: head, 8-element groups and tail (see above), else one
+   element at a time. In block mode the warps' pairs are merged in warp order, after a
+   leading barrier that makes back-to-back rows safe. */
 template <bool WARP, bool V, class TX>
 __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int G, int t,
-                                       float &m, double &s, float *shm, double *shs) {
-  m = -INFINITY, s = 0;
-  if constexpr (V && sizeof(TX) == 4) {
-    const float4 *x4 = (const float4 *)xr;
-#pragma unroll 4
-    for (int64_t i = t; i < C / 4; i += G) ms_add4(m, s, x4[i]);
-  } else if constexpr (V) {
-    int64_t h = head8(e0, C), n8 = (C - h) / 8;
-    for (int64_t c = t; c < h; c += G) ms_add(m, s, rg_ld(xr, c));
-#pragma unroll 2
-    for (int64_t i = t; i < n8; i += G) {
-      float v[8];
-      rg_ld8(xr + h, i, v);
+                                       float &m, float &s, float *shm, float *shs) {
+  constexpr int U = WARP ? 2 : CE_UNROLL; /* a warp's row is <= 4 groups a lane */
+  m = -FLT_MAX, s = 0.f;
+  int64_t h = V ? head8(e0, C) : C, n8 = (C - h) / 8;
+  for (int64_t c = t; c < h; c += G) ms_add1(m, s, rg_ld(xr, c));
+  for (int64_t i = t; i < n8; i += U * G) {
+    float v[U * 8];
 #pragma unroll
-      for (int e = 0; e < 8; e++) ms_add(m, s, v[e]);
+    for (int k = 0; k < U; k++) { /* past the row: a group read again, counted as -inf */
+      int64_t j = i + (int64_t)k * G;
+      float u[8];
+      rg_ld8(xr + h, min64(j, n8 - 1), u);
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[8 * k + e] = j < n8 ? u[e] : -INFINITY;
     }
-    for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
-  } else {
-#pragma unroll 4
-    for (int64_t c = t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
+    ms_add(m, s, v);
   }
+  for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add1(m, s, rg_ld(xr, c));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     ms_merge(m, s, __shfl_xor_sync(FULL, m, o), __shfl_xor_sync(FULL, s, o));
@@ -871,10 +910,11 @@ __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int 
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
    bad targets go to the check word. */
 template <bool WARP, bool V, class TX>
-__global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
-                         double *__restrict__ part, double *__restrict__ cnt) {
-  __shared__ double shs[32], wl[32], wc[32];
-  __shared__ float shm[32];
+__global__ void __launch_bounds__(THREADS, 4)
+    ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
+             double *__restrict__ cnt) {
+  __shared__ double wl[32], wc[32];
+  __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
@@ -885,13 +925,13 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
       continue;
     }
     const TX *xr = (const TX *)a.x + r * a.C;
-    float m;
-    double s;
+    float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
+    float m, s;
     row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
     if (t == 0) {
-      double ls = log(s);
+      double ls = log((double)s);
       stats[r] = make_float2(m, (float)ls);
-      mine += (double)m + ls - (double)rg_ld(xr, tv);
+      mine += (double)m + ls - (double)xt;
       count += 1;
     }
   }
@@ -908,7 +948,7 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
 }
 
 /* Adds the nb partials in order: out = count ? sum / count : 0, stats[N] = (count, 0);
-   reports a bad target. */
+   reports a bad target. Launched with 1024 threads: a few loads each. */
 __global__ void ce_final_k(const double *__restrict__ part, const double *__restrict__ cnt,
                            int nb, const check_hdr *h, const int32_t *__restrict__ tg,
                            int64_t N, int64_t C, float *__restrict__ out,
@@ -1184,35 +1224,35 @@ static ce_args ce_shape(const rg_kargs *k) {
   return a;
 }
 
-/* Scratch: header, then per-block loss and count partials (doubles). */
+/* Scratch: header, then per-block loss and count partials (doubles). A warp per row (8
+   rows a block) up to C = 1024, else a block of 256 per row. */
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
-  rowcfg c = row_config(a.N, a.C);
-  int64_t rows_per = c.warp ? 8 : 1;
-  int64_t nb = max64(1, min64(cdiv(a.N, rows_per), LOSS_BLOCKS)); /* fixed by the shapes */
+  bool warp = row_config(a.N, a.C).warp;
+  int64_t nb = max64(1, min64(cdiv(a.N, warp ? 8 : 1), CE_BLOCKS)); /* fixed by the shapes */
   size_t need = HDR_BYTES + 2 * (size_t)nb * sizeof(double);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   check_hdr *h = (check_hdr *)L->scratch;
   double *part = (double *)((char *)L->scratch + HDR_BYTES), *cnt = part + nb;
   float2 *stats = (float2 *)k->out[1].p;
-  /* float: float4 rows where C % 4 == 0; bf16: 8-element groups of any row */
-  bool v = k->in[0].dtype == RG_BF16 ? aligned16(a.x) : rows4(a.C, a.x, NULL);
+  bool v = aligned16(a.x); /* head, 8-element groups and tail */
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     typedef typename decltype(tx)::type TX;
-    if (c.warp && v)
-      ce_fwd_k<true, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
-    else if (c.warp)
-      ce_fwd_k<true, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+    unsigned g = (unsigned)nb;
+    cudaStream_t s = L->stream;
+    if (warp && v)
+      ce_fwd_k<true, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+    else if (warp)
+      ce_fwd_k<true, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
     else if (v)
-      ce_fwd_k<false, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+      ce_fwd_k<false, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
     else
-      ce_fwd_k<false, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part,
-                                                                            cnt);
+      ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
   });
-  ce_final_k<<<1, THREADS, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
-                                          (float *)k->out[0].p, stats, L->err, L->node);
+  ce_final_k<<<1, 1024, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
+                                        (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
 }
 
