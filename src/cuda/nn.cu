@@ -323,19 +323,18 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
    double per element, so one block of 8 warps fitted an SM. So now:
     - x, g and gamma (once per warp) are read into registers once each; dx is written once;
     - per element the arithmetic is float, and a lane's partial sums (at most 32 elements)
-      are float; the sums across lanes are double (warp_sum): the mean first, then the
-      variance of the centred values and sum dxh (x - mu) (so mean(dxh xhat) = that
-      rstd / C), two rounds of shuffles a row and no barrier;
+      are float; the sums across lanes are double (warp_sum): first the mean and sum dxh,
+      then the variance of the centred values and sum dxh (x - mu) (mean(dxh xhat) is
+      that times rstd / C): two rounds of shuffles a row, and no barrier;
     - g xhat and g are added into the warp's own slice of shared memory ([warps][2C]
       floats, rmsnorm [warps][C]; a lane touches only its columns: no races, and no
-      registers held across rows), and after its rows
-      the block adds its warps' slices in warp order (double) into part[b] = [dgamma |
-      dbeta] (rmsnorm: [dgamma]); rg_cuda_col_final (reduce.cu) adds the blocks in order.
-      Deterministic, no atomics.
+      registers held across rows); after its rows the block adds its warps' slices in
+      warp order (double) into part[b] = [dgamma | dbeta] (rmsnorm: [dgamma]), and
+      rg_cuda_col_final (reduce.cu) adds the blocks in order. Deterministic, no atomics.
    Blocks of 8 warps (6 at NV = 8, so the slices stay within the 48 KB a block gets
    without opting in), in chunks of rows so that there are about NORM_BWD_BLOCKS of them:
-   two fit an SM (<= 128 registers), one wave on an H200's 132 SMs, 16 warps an SM with a
-   row each (6 KB of x and g at C = 768) in flight. Expected at [8192, 768]: 50 MB read,
+   two fit an SM (<= 128 registers a thread at 8 warps), one wave on an H200's 132 SMs,
+   16 warps an SM with a row each (6 KB of x and g at C = 768) in flight. Expected at [8192, 768]: 50 MB read,
    25 MB written and 3 MB of partials each way, ~27 us at ~3 TB/s (from 64.7). */
 
 #define NORM_WARPS 8         /* warps (rows at a time) per block */
