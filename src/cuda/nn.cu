@@ -5,15 +5,17 @@
  *
  * Invariants:
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
- *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 up
- *    to 256 by a warp holding the row in registers); per-row sums accumulate in double
- *    like the CPU, in an order fixed by the group size, so results repeat exactly.
+ *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 by
+ *    a warp holding the row in registers: the forward's up to 256, the backward's up to
+ *    1024); per-row sums accumulate in double like the CPU (but float per thread in the
+ *    norm backward and the cross-entropy forward: see there), in an order fixed by the
+ *    group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
  *    adds them in order. Embedding's backward sorts positions by id (a counting sort made
  *    stable by ranking) and sums each table row in position order, as the CPU does.
- *  - Softmax-like rows subtract the row maximum before exp; normalisation takes the mean
- *    first and the variance of the centred values.
+ *  - Softmax-like rows subtract the row maximum (cross-entropy: the running one) before
+ *    exp; normalisation takes the mean first and the variance of the centred values.
  *  - Bad ids (embedding) and targets (cross-entropy) are found by a check kernel that
  *    keeps the lowest failing position (integer atomicMin, deterministic); the next kernel
  *    raises it through the error word and skips those rows, so nothing is written out of
@@ -23,10 +25,11 @@
  *  - Element types: tensors are F32 except the layernorm and rmsnorm outputs, the
  *    cross-entropy logits and its dlogits, each F32 or BF16. Those kernels are
  *    instantiated per type (cuda.h: rg_cuda_typed), compute in float as for F32 and round
- *    a BF16 result once; the F32 instantiations compute what they did before.
+ *    a BF16 result once.
  */
 #include "cuda.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -41,7 +44,7 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
 /* Reduced rows per thread before a column sum is split into segments. */
 #define PER_THREAD 64
 #define TARGET_BLOCKS 4096
-/* Blocks of the first pass of the loss means (their partials are added by one block). */
+/* Blocks of the first pass of the mse mean (their partials are added by one block). */
 #define LOSS_BLOCKS 1024
 #define FLAT_CHUNK 8192
 
@@ -303,31 +306,48 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
   }
 }
 
-/* ---- layernorm and rmsnorm on short rows: a warp per row from registers ----------------
-   gpt-char's layernorm backward on [4096, 256] took 25 us (an H200) and GPT-2's on
-   [8192, 768] 64 us: the kernels above read a row of x four times and g twice with a
-   strided loop each time, and the dgamma/dbeta kernel gave 8 blocks 8 row segments each.
-   For C % 4 == 0 and C <= 128 NV, a warp holds its row of x (and g) in registers, NV
-   float4 per lane (C = 256: 2), so each is read once with 512-byte coalesced loads. The
-   statistics are the same doubles as above. The backward also sums dgamma and dbeta:
-   block b takes rows [b rchunk, (b+1) rchunk), its warps alternating; each lane adds its
-   columns over its warp's rows (a few, in float), the block adds its warps' sums in warp
-   order (double, shared memory) into part[b] = [dgamma | dbeta], and rg_cuda_col_final
-   (reduce.cu) adds the blocks in order: deterministic, no atomics. Measured (H200): the
-   backward on [4096, 256] 25 -> 18 us; on [8192, 768] (6 float4 a lane) it was slower,
-   64 -> 99 us (register-bound: one block an SM), as the forward (19.5 -> 21.8 us), so
-   wider rows keep the kernels above. */
+/* ---- layernorm and rmsnorm from registers: a warp per row ----------------------------------
+   For C % 4 == 0 a warp holds its row in registers, NV float4 per lane (float4 j of the
+   row is column group j*32 + lane), so each row is read once with 512-byte coalesced loads.
 
-#define NORM_WARPS 8     /* warps (rows at a time) per block */
-#define NORM_ROWS 16     /* rows per block of the backward at least */
-#define NORM_BLOCKS 1024 /* at most, so the partials stay small */
+   The forward does this for C <= 256 (NV = 2) with the statistics of row_stats. Measured
+   (H200): at [8192, 768] it was slower than norm_fwd_k (19.5 -> 21.8 us), so wider rows
+   keep that.
+
+   The backward does it for C <= 1024 (NV = 2, 4, 6 or 8). The strided kernels above took
+   64.7 us on GPT-2's [8192, 768] (an H200; the traffic allows ~25): they read x four times
+   and g twice a row, then both again for dgamma and dbeta, with a dozen or more float to
+   double conversions an element (an H100/H200 does 16 an SM per clock, an eighth of the
+   float rate). An earlier version of this kernel was slower still at 768 (99 us): it kept
+   the sums of g xhat and g for the lane's 24 columns in 48 registers beside the row, in
+   double per element, so one block of 8 warps fitted an SM. So now:
+    - x, g and gamma (once per warp) are read into registers once each; dx is written once;
+    - per element the arithmetic is float, and a lane's partial sums (at most 32 elements)
+      are float; the sums across lanes are double (warp_sum): first the mean and sum dxh,
+      then the variance of the centred values and sum dxh (x - mu) (mean(dxh xhat) is
+      that times rstd / C): two rounds of shuffles a row, and no barrier;
+    - g xhat and g are added into the warp's own slice of shared memory ([warps][2C]
+      floats, rmsnorm [warps][C]; a lane touches only its columns: no races, and no
+      registers held across rows); after its rows the block adds its warps' slices in
+      warp order (double) into part[b] = [dgamma | dbeta] (rmsnorm: [dgamma]), and
+      rg_cuda_col_final (reduce.cu) adds the blocks in order. Deterministic, no atomics.
+   Blocks of 8 warps (6 at NV = 8, so the slices stay within the 48 KB a block gets
+   without opting in), in chunks of rows so that there are about NORM_BWD_BLOCKS of them:
+   two fit an SM (<= 128 registers a thread at 8 warps), one wave on an H200's 132 SMs,
+   16 warps an SM with a row each (6 KB of x and g at C = 768) in flight. Expected at [8192, 768]: 50 MB read,
+   25 MB written and 3 MB of partials each way, ~27 us at ~3 TB/s (from 64.7). */
+
+#define NORM_WARPS 8         /* warps (rows at a time) per block */
+#define NORM_BWD_ROWS 8      /* rows per block of the backward at least */
+#define NORM_BWD_BLOCKS 256  /* about (a constant: the partials depend only on R and C) */
 
 typedef struct norm_args {
   const float *x, *gamma, *beta, *g;
   void *out;             /* y (F32 or BF16), or dx (F32; may be NULL) */
   int64_t R, C, rchunk;  /* rchunk: the backward's rows per block */
   double eps;
-  double *part;          /* the backward's [gridDim.x][2C] partials */
+  double *part;          /* the backward's [gridDim.x][ncol] partials; NULL: no dgamma,
+                            dbeta wanted */
 } norm_args;
 
 /* The lane's share of a row: float4 j is column group j*32 + lane, zeros past the row. */
@@ -402,66 +422,100 @@ __global__ void norm_fwd_warp_k(norm_args a) {
   }
 }
 
-/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma (norm_bwd_k's), and the
-   block's partial dgamma = sum g xhat, dbeta = sum g (see above). Shared: 2C doubles. */
+__device__ __forceinline__ float sum4f(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ float dot4f(float4 a, float4 b) {
+  return (a.x * b.x + a.y * b.y) + (a.z * b.z + a.w * b.w);
+}
+
+/* Warps per block of the backward (see above). */
+__host__ __device__ constexpr int bwd_warps(int nv) { return nv == 8 ? 6 : NORM_WARPS; }
+
+/* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma (norm_bwd_k's), and
+   the block's partial dgamma = sum g xhat, dbeta = sum g (see above). Rows r0 + wid,
+   r0 + wid + warps, ... of the block's chunk; shared: [warps][ncol] floats when a.part. */
 template <int NV, bool CENTRE>
-__global__ void norm_bwd_warp_k(norm_args a) {
-  extern __shared__ double shp[];
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  int64_t C4 = a.C / 4, r0 = (int64_t)blockIdx.x * a.rchunk, r1 = min(a.R, r0 + a.rchunk);
-  float ag[NV][4], ab[NV][4];
+__global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_args a) {
+  extern __shared__ float4 acc[];
+  constexpr int nw = bwd_warps(NV);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int64_t C = a.C, C4 = C / 4, ncol4 = CENTRE ? 2 * C4 : C4;
+  const int64_t r0 = (int64_t)blockIdx.x * a.rchunk, r1 = min(a.R, r0 + a.rchunk);
+  float4 *ag = acc + wid * ncol4, *ab = ag + C4; /* the warp's dgamma | dbeta */
+  float4 gm[NV];
+  if (a.gamma) {
+    load_row<NV>(a.gamma, C4, lane, gm);
+  } else {
 #pragma unroll
-  for (int j = 0; j < NV; j++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) ag[j][e] = ab[j][e] = 0.f;
-  for (int64_t r = r0 + wid; r < r1; r += NORM_WARPS) {
-    float4 xv[NV], gv[NV];
-    load_row<NV>(a.x + r * a.C, C4, lane, xv);
-    load_row<NV>(a.g + r * a.C, C4, lane, gv);
-    double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
-    double s1 = 0, s2 = 0;
+    for (int j = 0; j < NV; j++) gm[j] = make_float4(1.f, 1.f, 1.f, 1.f);
+  }
+  if (a.part) {
 #pragma unroll
     for (int j = 0; j < NV; j++) {
       int64_t q = (int64_t)j * 32 + lane;
       if (q >= C4) continue;
+      ag[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (CENTRE) ab[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  for (int64_t r = r0 + wid; r < r1; r += nw) {
+    float4 xv[NV], gv[NV];
+    load_row<NV>(a.x + r * C, C4, lane, xv);
+    load_row<NV>(a.g + r * C, C4, lane, gv);
+    double mu = 0, s1 = 0;
+    if (CENTRE) { /* zeros past the row add nothing */
+      float sx = 0.f, sd = 0.f;
+#pragma unroll
+      for (int j = 0; j < NV; j++) sx += sum4f(xv[j]), sd += dot4f(gv[j], gm[j]);
+      mu = warp_sum((double)sx) / (double)C;
+      s1 = warp_sum((double)sd);
+    }
+    const float muf = (float)mu;
+    float sv = 0.f, sd = 0.f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      if ((int64_t)j * 32 + lane >= C4) continue;
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float ge = at(gv[j], e);
-        double xh = (at(xv[j], e) - st.x) * st.y;
-        double dxh = a.gamma ? (double)ge * a.gamma[4 * q + e] : (double)ge;
-        s1 += dxh;
-        s2 += dxh * xh;
-        ag[j][e] += (float)(ge * xh);
-        ab[j][e] += ge;
+        float d = at(xv[j], e) - muf;
+        sv += d * d;
+        sd += at(gv[j], e) * at(gm[j], e) * d;
       }
     }
-    s1 = warp_sum(s1);
-    s2 = warp_sum(s2);
-    if (!a.out) continue;
-    double m1 = CENTRE ? s1 / (double)a.C : 0.0, m2 = s2 / (double)a.C;
-    store_row<NV>((float *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
-      float ge = at(gv[j], e);
-      double xh = (at(xv[j], e) - st.x) * st.y;
-      double dxh = a.gamma ? (double)ge * a.gamma[c] : (double)ge;
-      return (float)(st.y * (dxh - m1 - xh * m2));
-    });
-  }
-  /* the block's column sums: warps add theirs in warp order */
-  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x) shp[c] = 0;
-  for (int w = 0; w < NORM_WARPS; w++) {
-    __syncthreads();
-    if (wid != w) continue;
+    double rstd = 1.0 / sqrt(warp_sum((double)sv) / (double)C + a.eps);
+    const float rs = (float)rstd, m1 = (float)(s1 / (double)C);
+    const float m2 = (float)(warp_sum((double)sd) * rstd / (double)C);
+    float4 *dr = a.out ? (float4 *)((float *)a.out + r * C) : NULL;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
       int64_t q = (int64_t)j * 32 + lane;
       if (q >= C4) continue;
+      float xh[4], g[4], dx[4];
 #pragma unroll
-      for (int e = 0; e < 4; e++) shp[4 * q + e] += ag[j][e], shp[a.C + 4 * q + e] += ab[j][e];
+      for (int e = 0; e < 4; e++) {
+        xh[e] = (at(xv[j], e) - muf) * rs;
+        g[e] = at(gv[j], e);
+        dx[e] = rs * (g[e] * at(gm[j], e) - m1 - xh[e] * m2);
+      }
+      if (dr) dr[q] = make_float4(dx[0], dx[1], dx[2], dx[3]);
+      if (!a.part) continue;
+      float4 t = ag[q];
+      ag[q] = make_float4(t.x + g[0] * xh[0], t.y + g[1] * xh[1], t.z + g[2] * xh[2],
+                          t.w + g[3] * xh[3]);
+      if (CENTRE) {
+        t = ab[q];
+        ab[q] = make_float4(t.x + g[0], t.y + g[1], t.z + g[2], t.w + g[3]);
+      }
     }
   }
+  if (!a.part) return; /* uniform over the block */
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < 2 * a.C; c += blockDim.x)
-    a.part[(int64_t)blockIdx.x * 2 * a.C + c] = shp[c];
+  const float *accf = (const float *)acc;
+  const int64_t ncol = 4 * ncol4;
+  for (int64_t c = threadIdx.x; c < ncol; c += blockDim.x) {
+    double sum = 0;
+    for (int w = 0; w < nw; w++) sum += accf[w * ncol + c];
+    a.part[(int64_t)blockIdx.x * ncol + c] = sum;
+  }
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -478,6 +532,14 @@ bool rows4(int64_t C, const void *p, const void *q) {
 int norm_nv(int64_t C, const float *x, const float *g, const void *out) {
   if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
   return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
+}
+
+/* The backward's NV (2, 4, 6 or 8: C <= 1024), or 0 where it does not apply. */
+int norm_bwd_nv(int64_t C, const float *x, const float *g, const float *dx,
+                const float *gamma) {
+  if (C == 0 || !rows4(C, x, g) || !rows4(C, dx, gamma)) return 0;
+  int64_t nv = cdiv(C / 4, 32);
+  return nv > 8 ? 0 : (int)(nv + (nv & 1));
 }
 
 /* The forward for an output of type TO: the warp kernels when nv, else the row kernels. */
@@ -497,10 +559,21 @@ void launch_norm_fwd(cudaStream_t s, const norm_args &a, int nv) {
                                                            a.R, a.C, a.eps);
 }
 
+/* Columns of the backward's partials: [dgamma | dbeta], rmsnorm [dgamma]. */
+int64_t norm_ncol(int64_t C, bool centre) { return centre ? 2 * C : C; }
+
+/* The backward from registers on grid blocks of a.rchunk rows. */
 template <bool CENTRE>
-void launch_norm_bwd_warp(cudaStream_t s, unsigned grid, const norm_args &a) {
-  size_t shm = 2 * (size_t)a.C * sizeof(double);
-  norm_bwd_warp_k<2, CENTRE><<<grid, 32 * NORM_WARPS, shm, s>>>(a);
+void launch_norm_bwd_warp(cudaStream_t s, unsigned grid, const norm_args &a, int nv) {
+  size_t slice = a.part ? (size_t)norm_ncol(a.C, CENTRE) * sizeof(float) : 0; /* a warp's */
+  if (nv == 2)
+    norm_bwd_warp_k<2, CENTRE><<<grid, 32 * bwd_warps(2), bwd_warps(2) * slice, s>>>(a);
+  else if (nv == 4)
+    norm_bwd_warp_k<4, CENTRE><<<grid, 32 * bwd_warps(4), bwd_warps(4) * slice, s>>>(a);
+  else if (nv == 6)
+    norm_bwd_warp_k<6, CENTRE><<<grid, 32 * bwd_warps(6), bwd_warps(6) * slice, s>>>(a);
+  else
+    norm_bwd_warp_k<8, CENTRE><<<grid, 32 * bwd_warps(8), bwd_warps(8) * slice, s>>>(a);
 }
 
 /* ---- id checks (embedding, cross-entropy) ------------------------------------------------- */
@@ -696,23 +769,38 @@ __global__ void emb_scatter_k(const float *__restrict__ g, const int32_t *__rest
 }
 
 /* ---- cross-entropy -----------------------------------------------------------------------
-   On GPT-2's logits [8192, 50304] F32 (1.65 GB) the forward took 1.40 ms and the backward
-   2.55 ms (an H200): each read a row twice or three times (max, exp sum, write). Now the
-   forward reads each logit once, keeping a running max and an exp sum rescaled when the
-   max grows (one expf per element), and saves each row's max and log sum (ops.h: stats);
-   the backward reads the logits once and writes dlogits = (exp(x - max - lse) - onehot)
-   g / count, with the count the forward saved too (no counting kernel). Rows whose width
-   is a multiple of 4 are read and written as float4. Expected: ~0.45 ms forward (one
-   read) and ~0.85 ms backward (a read and a write), from 1.40 and 2.55.
-   The logits may be BF16 (autocast's lm_head), and dlogits too: the same arithmetic in
-   float, a BF16 dlogit rounded once. BF16 logits move 8 at a time (16 bytes), and so does
-   the backward for every type pair: a row of C = 50257 (GPT-2's vocabulary, odd) starts
-   at any element, so each row is a scalar head up to its first element whose index is a
-   multiple of 8 (16-byte aligned in bf16 and in float when the tensors start 16-byte
-   aligned, which the launch checks), 8-element groups, and a scalar tail: at most 14
-   elements of a row go one by one. The F32 forward keeps its two paths (float4 rows,
-   scalar) and their order of additions, so its results are those of before; the
-   backward's are too (each dlogit is computed alone). */
+   The forward reads each logit once and saves each row's max and log sum exp(x - max)
+   (ops.h: stats), so the backward reads the logits once too and writes dlogits =
+   (exp(x - max - lse) - onehot) g / count, with the count the forward saved as well (no
+   counting kernel). The logits may be BF16 (autocast's lm_head), and dlogits too: the
+   same arithmetic in float, a BF16 dlogit rounded once. Both kernels move logits 8 at a
+   time (16 bytes of bf16, 32 of float): a row of C = 50257 (GPT-2's vocabulary, odd)
+   starts at any element, so each row is a scalar head up to its first element whose index
+   is a multiple of 8 (16-byte aligned when the tensors start 16-byte aligned, which the
+   launch checks), 8-element groups, and a scalar tail: at most 14 elements of a row go
+   one by one.
+
+   The forward on GPT-2's [8192, 50257] BF16 (823 MB) took 885 us on an H200, where one
+   read is ~270 us at 3 TB/s: it read once, but folded each logit in alone (compare with
+   the running max, branch, a full-precision expf, and on a new max a second one to
+   rescale the sum, then a float-to-double conversion and a double add that waited on the
+   previous one): ~25 instructions an element, two to four of them at a quarter rate or
+   less (MUFU, F2F.F64), so it was bound by issue and latency, not memory. Now each
+   thread keeps a running max m and a float sum s of exp(x - m); it loads CE_UNROLL
+   groups of 8 (all in flight before any is used), takes their max, rescales s at most
+   once (when the max grows) and adds 2^((x - m) log2 e) for each, one MUFU.EX2 an element,
+   the 32 terms summed pairwise: ~6 instructions an element. m starts at -FLT_MAX, not
+   -inf, so a logit of -inf (a masked class) adds 2^-inf = 0, not the NaN of -inf - -inf;
+   a NaN or +inf logit makes the row's sum NaN, as on the CPU. A thread's s adds ~25
+   group sums (relative error ~1e-6 at worst, ~1e-7 typical, against the CPU's double
+   sum); the threads' pairs merge in float and the row's log is taken in double.
+   Expected at [8192, 50257] BF16: issue ~80 us and MUFU ~100 us under the ~210-270 us of
+   memory, so memory-bound: a block of 256 threads a row (up to CE_BLOCKS blocks, so the
+   hardware balances rows over SMs), <= 64 registers so four blocks an SM, 64 bytes a
+   thread in flight (F32: 128).
+
+   The backward (419 us there: 823 MB read and 823 MB written, about the bandwidth)
+   computes each dlogit alone, as the CPU does. */
 
 typedef struct ce_args {
   const void *x; /* F32 or BF16, the kernels' TX */
@@ -726,25 +814,52 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
   return a.has_ignore && (int64_t)tv == a.ignore;
 }
 
-/* Running (max m, sum s of exp(x - m)) over one more logit. x == m covers -inf == -inf,
-   whose expf(NaN) would poison s; a NaN logit does poison it, as on the CPU. */
-__device__ __forceinline__ void ms_add(float &m, double &s, float x) {
-  if (x > m) {
-    s = s * (double)expf(m - x) + 1.0;
-    m = x;
-  } else {
-    s += x == m ? 1.0 : (double)expf(x - m);
-  }
+#define CE_UNROLL 4    /* groups of 8 logits a thread loads before it uses any */
+#define CE_BLOCKS 8192 /* blocks of the forward at most (one adds their partials) */
+#define LOG2E 1.4426950408889634f
+
+/* 2^x in one MUFU.EX2 (about 2 ulp; a result below 2^-126 is 0, which a sum holding a 1
+   does not see). */
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
-__device__ __forceinline__ void ms_add4(float &m, double &s, float4 v) {
-  ms_add(m, s, v.x), ms_add(m, s, v.y), ms_add(m, s, v.z), ms_add(m, s, v.w);
+/* exp(x - m) */
+__device__ __forceinline__ float exp_from(float x, float m) { return ex2((x - m) * LOG2E); }
+
+/* v[0] + ... + v[N-1] added pairwise (N a power of two). */
+template <int N> __device__ __forceinline__ float tree_sum(const float *v) {
+  if constexpr (N == 1)
+    return v[0];
+  else
+    return tree_sum<N / 2>(v) + tree_sum<N / 2>(v + N / 2);
+}
+
+/* Folds N logits (v is overwritten) into the running (max m, sum s of exp(x - m)): their
+   max first, so s is rescaled at most once, then one exp each, added pairwise. */
+template <int N> __device__ __forceinline__ void ms_add(float &m, float &s, float (&v)[N]) {
+  float g = v[0];
+#pragma unroll
+  for (int e = 1; e < N; e++) g = fmaxf(g, v[e]);
+  if (g > m) {
+    s *= exp_from(m, g);
+    m = g;
+  }
+#pragma unroll
+  for (int e = 0; e < N; e++) v[e] = exp_from(v[e], m);
+  s += tree_sum<N>(v);
+}
+__device__ __forceinline__ void ms_add1(float &m, float &s, float x) {
+  float v[1] = {x};
+  ms_add(m, s, v);
 }
 
 /* Merges another thread's pair. The sum of the two rescaled parts is commutative, so a
    butterfly leaves every lane with the same bits. */
-__device__ __forceinline__ void ms_merge(float &m, double &s, float mo, double so) {
+__device__ __forceinline__ void ms_merge(float &m, float &s, float mo, float so) {
   float M = fmaxf(m, mo);
-  s = (m == M ? s : s * (double)expf(m - M)) + (mo == M ? so : so * (double)expf(mo - M));
+  s = (m == M ? s : s * exp_from(m, M)) + (mo == M ? so : so * exp_from(mo, M));
   m = M;
 }
 
@@ -755,33 +870,29 @@ __device__ __forceinline__ int64_t head8(int64_t e0, int64_t C) {
 }
 
 /* The row's (max, exp sum) over its group (a warp or the block); every thread gets it.
-   The row starts at element e0; V: vectorised, for float the whole row as float4 (C % 4
-   == 0), for bf16 head, 8-element groups and tail (see above). In block mode the warps'
-   pairs are merged in warp order, after a leading barrier that makes back-to-back rows
-   safe. */
+   The row starts at element e0; V: head, 8-element groups and tail (see above), else one
+   element at a time. In block mode the warps' pairs are merged in warp order, after a
+   leading barrier that makes back-to-back rows safe. */
 template <bool WARP, bool V, class TX>
 __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int G, int t,
-                                       float &m, double &s, float *shm, double *shs) {
-  m = -INFINITY, s = 0;
-  if constexpr (V && sizeof(TX) == 4) {
-    const float4 *x4 = (const float4 *)xr;
-#pragma unroll 4
-    for (int64_t i = t; i < C / 4; i += G) ms_add4(m, s, x4[i]);
-  } else if constexpr (V) {
-    int64_t h = head8(e0, C), n8 = (C - h) / 8;
-    for (int64_t c = t; c < h; c += G) ms_add(m, s, rg_ld(xr, c));
-#pragma unroll 2
-    for (int64_t i = t; i < n8; i += G) {
-      float v[8];
-      rg_ld8(xr + h, i, v);
+                                       float &m, float &s, float *shm, float *shs) {
+  constexpr int U = WARP ? 2 : CE_UNROLL; /* a warp's row is <= 4 groups a lane */
+  m = -FLT_MAX, s = 0.f;
+  int64_t h = V ? head8(e0, C) : C, n8 = (C - h) / 8;
+  for (int64_t c = t; c < h; c += G) ms_add1(m, s, rg_ld(xr, c));
+  for (int64_t i = t; i < n8; i += U * G) {
+    float v[U * 8];
 #pragma unroll
-      for (int e = 0; e < 8; e++) ms_add(m, s, v[e]);
+    for (int k = 0; k < U; k++) { /* past the row: a group read again, counted as -inf */
+      int64_t j = i + (int64_t)k * G;
+      float u[8];
+      rg_ld8(xr + h, min64(j, n8 - 1), u);
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[8 * k + e] = j < n8 ? u[e] : -INFINITY;
     }
-    for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
-  } else {
-#pragma unroll 4
-    for (int64_t c = t; c < C; c += G) ms_add(m, s, rg_ld(xr, c));
+    ms_add(m, s, v);
   }
+  for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add1(m, s, rg_ld(xr, c));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     ms_merge(m, s, __shfl_xor_sync(FULL, m, o), __shfl_xor_sync(FULL, s, o));
@@ -798,10 +909,11 @@ __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int 
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
    bad targets go to the check word. */
 template <bool WARP, bool V, class TX>
-__global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
-                         double *__restrict__ part, double *__restrict__ cnt) {
-  __shared__ double shs[32], wl[32], wc[32];
-  __shared__ float shm[32];
+__global__ void __launch_bounds__(THREADS, 4)
+    ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
+             double *__restrict__ cnt) {
+  __shared__ double wl[32], wc[32];
+  __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
@@ -812,13 +924,13 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
       continue;
     }
     const TX *xr = (const TX *)a.x + r * a.C;
-    float m;
-    double s;
+    float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
+    float m, s;
     row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
     if (t == 0) {
-      double ls = log(s);
+      double ls = log((double)s);
       stats[r] = make_float2(m, (float)ls);
-      mine += (double)m + ls - (double)rg_ld(xr, tv);
+      mine += (double)m + ls - (double)xt;
       count += 1;
     }
   }
@@ -835,7 +947,7 @@ __global__ void ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
 }
 
 /* Adds the nb partials in order: out = count ? sum / count : 0, stats[N] = (count, 0);
-   reports a bad target. */
+   reports a bad target. Launched with 1024 threads: a few loads each. */
 __global__ void ce_final_k(const double *__restrict__ part, const double *__restrict__ cnt,
                            int nb, const check_hdr *h, const int32_t *__restrict__ tg,
                            int64_t N, int64_t C, float *__restrict__ out,
@@ -982,7 +1094,8 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
 rg_status rg_cuda_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
 rg_status rg_cuda_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
 
-/* Scratch: row statistics (16 bytes a row) when dgamma or dbeta is wanted, then the
+/* Scratch, when dgamma or dbeta is wanted: for the kernels from registers the blocks'
+   partials [nb][ncol]; for the strided ones row statistics (16 bytes a row), then the
    column partials [nseg][C] of dgamma and of dbeta when the rows are split.
    dgamma (dbeta) is added into in[3] (in[4]) when rg_backward folded it there (ops.h),
    with the error word as the add's guard (rg_cuda_put), else written to out[1] (out[2]). */
@@ -1000,15 +1113,17 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   if (C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   bool params = dgamma || dbeta;
-  int nv = norm_nv(C, x, g, dx);
-  int64_t rchunk = max64(NORM_ROWS, cdiv(R, NORM_BLOCKS)), nb = max64(1, cdiv(R, rchunk));
-  if (nv && (size_t)nb * 2 * (size_t)C * sizeof(double) <= L->scratch_bytes) {
-    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, (double *)L->scratch};
+  int nv = norm_bwd_nv(C, x, g, dx, gamma);
+  int64_t rchunk = max64(NORM_BWD_ROWS, cdiv(R, NORM_BWD_BLOCKS));
+  int64_t nb = max64(1, cdiv(R, rchunk)), ncol = norm_ncol(C, centre);
+  if (nv && (size_t)nb * (size_t)ncol * sizeof(double) <= L->scratch_bytes) {
+    double *part = params ? (double *)L->scratch : NULL;
+    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part};
     if (centre)
-      launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a);
+      launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a, nv);
     else
-      launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a);
-    if (params) rg_cuda_col_final(L, a.part, nb, 2 * C, C, 1.0, dgamma, dbeta, gacc, bacc);
+      launch_norm_bwd_warp<false>(L->stream, (unsigned)nb, a, nv);
+    if (params) rg_cuda_col_final(L, a.part, nb, ncol, C, 1.0, dgamma, dbeta, gacc, bacc);
     return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
   }
   size_t stat_bytes = ((size_t)R * sizeof(double2) + 255) / 256 * 256;
@@ -1108,35 +1223,35 @@ static ce_args ce_shape(const rg_kargs *k) {
   return a;
 }
 
-/* Scratch: header, then per-block loss and count partials (doubles). */
+/* Scratch: header, then per-block loss and count partials (doubles). A warp per row (8
+   rows a block) up to C = 1024, else a block of 256 per row. */
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
-  rowcfg c = row_config(a.N, a.C);
-  int64_t rows_per = c.warp ? 8 : 1;
-  int64_t nb = max64(1, min64(cdiv(a.N, rows_per), LOSS_BLOCKS)); /* fixed by the shapes */
+  bool warp = row_config(a.N, a.C).warp;
+  int64_t nb = max64(1, min64(cdiv(a.N, warp ? 8 : 1), CE_BLOCKS)); /* fixed by the shapes */
   size_t need = HDR_BYTES + 2 * (size_t)nb * sizeof(double);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   check_hdr *h = (check_hdr *)L->scratch;
   double *part = (double *)((char *)L->scratch + HDR_BYTES), *cnt = part + nb;
   float2 *stats = (float2 *)k->out[1].p;
-  /* float: float4 rows where C % 4 == 0; bf16: 8-element groups of any row */
-  bool v = k->in[0].dtype == RG_BF16 ? aligned16(a.x) : rows4(a.C, a.x, NULL);
+  bool v = aligned16(a.x); /* head, 8-element groups and tail */
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     typedef typename decltype(tx)::type TX;
-    if (c.warp && v)
-      ce_fwd_k<true, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
-    else if (c.warp)
-      ce_fwd_k<true, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+    unsigned g = (unsigned)nb;
+    cudaStream_t s = L->stream;
+    if (warp && v)
+      ce_fwd_k<true, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+    else if (warp)
+      ce_fwd_k<true, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
     else if (v)
-      ce_fwd_k<false, true, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part, cnt);
+      ce_fwd_k<false, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
     else
-      ce_fwd_k<false, false, TX><<<(unsigned)nb, c.threads, 0, L->stream>>>(a, h, stats, part,
-                                                                            cnt);
+      ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
   });
-  ce_final_k<<<1, THREADS, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
-                                          (float *)k->out[0].p, stats, L->err, L->node);
+  ce_final_k<<<1, 1024, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
+                                        (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
 }
 
