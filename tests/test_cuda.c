@@ -210,6 +210,24 @@ static out c_norm_kernels(rg_ctx *c) {
   y = rg_concat(c, y, norm_of(c, 8, 1500, 300, 0), 0);
   return weigh(c, y);
 }
+/* x feeding a norm and an add (a residual stream): the sum of x's gradients is folded
+   into the norm's backward node (dx_in, ops.h), in the row-register kernels (768) and
+   the strided ones (1030: C % 4 != 0; 2048: a block per row); rmsnorm too. */
+static rg_tensor fold_of(rg_ctx *c, int i, int64_t R, int64_t C, int rms) {
+  char n[16];
+  snprintf(n, sizeof n, "f%d", i);
+  rg_tensor x = rg_scale(c, P(c, n, D2(R, C)), 2.0f);
+  rg_tensor y = rms ? rg_rmsnorm(c, x, RG_NONE, 1e-6f)
+                    : rg_layernorm(c, x, RG_NONE, RG_NONE, 1e-5f);
+  return flat(c, rg_add(c, y, x));
+}
+static out c_norm_fold(rg_ctx *c) {
+  rg_tensor y = fold_of(c, 0, 300, 768, 0);
+  y = rg_concat(c, y, fold_of(c, 1, 40, 1030, 0), 0);
+  y = rg_concat(c, y, fold_of(c, 2, 9, 2048, 0), 0);
+  y = rg_concat(c, y, fold_of(c, 3, 64, 256, 1), 0);
+  return weigh(c, y);
+}
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
    rows and few columns (many chunks), few rows and many columns (one chunk), widths that
    are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
@@ -726,6 +744,7 @@ int main(void) {
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
       {"linear-act", c_linear_act, 1e-5},
       {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
+      {"norm-fold", c_norm_fold, 1e-5},
       {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},

@@ -1241,8 +1241,54 @@ static void norm_cases(int ln) {
   close_ctx(ctx);
 }
 
-static void t_layernorm(void) { norm_cases(1); }
-static void t_rmsnorm(void) { norm_cases(0); }
+/* x feeds a norm and a product (a residual stream): rg_backward folds the sum of x's two
+   gradients into the norm's backward node (its dx_in, ops.h). The gradient must equal,
+   bit for bit, the unfolded one, here forced by a scale by 1 between x and the norm
+   (which costs the graph 3 nodes: the scale, its backward and the ADD of the sum). */
+static void fold_case(int centre) {
+  static const float xv[12] = {0.3f, -1.2f, 2.5f, 0.7f, -0.4f, 1.1f,
+                               3.0f, -2.2f, 0.05f, 0.9f, -0.6f, 1.7f};
+  static const float wv[12] = {1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f, 1.5f, -3, 0.75f, 1};
+  static const float vv[12] = {-0.4f, 0.8f, 1.2f, -1.6f, 2.0f, 0.1f,
+                               0.3f, -0.7f, 0.9f, 1.1f, -1.3f, 0.6f};
+  float grad[2][12];
+  uint64_t nodes[2];
+  for (int unfolded = 0; unfolded < 2; unfolded++) {
+    rg_ctx *ctx = open_ctx();
+    if (!ctx) return;
+    int64_t d[2] = {3, 4};
+    rg_tensor p = rg_param(ctx, "p", RG_F32, 2, d, (rg_init){RG_INIT_ZEROS, 0, 0});
+    CHECK_ST(ctx, rg_write(ctx, p, xv, sizeof xv), RG_OK);
+    rg_stats s0, s1;
+    rg_tensor x = rg_scale(ctx, p, 2.0f); /* a pass tensor (a parameter's adds go in place) */
+    CHECK_ST(ctx, rg_retain_grad(ctx, x), RG_OK);
+    rg_stats_get(ctx, &s0);
+    rg_tensor xn = unfolded ? rg_scale(ctx, x, 1.0f) : x;
+    rg_tensor n = centre ? rg_layernorm(ctx, xn, RG_NONE, RG_NONE, 1e-5f)
+                         : rg_rmsnorm(ctx, xn, RG_NONE, 1e-5f);
+    rg_tensor l = rg_add(ctx, rg_sum(ctx, rg_mul(ctx, n, input(ctx, 2, d, wv)), RG_ALL_AXES, 0),
+                         rg_sum(ctx, rg_mul(ctx, x, input(ctx, 2, d, vv)), RG_ALL_AXES, 0));
+    CHECK_ST(ctx, rg_backward(ctx, l), RG_OK);
+    rg_stats_get(ctx, &s1);
+    nodes[unfolded] = s1.nodes_recorded - s0.nodes_recorded;
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, x), grad[unfolded], sizeof grad[0]), RG_OK);
+    close_ctx(ctx);
+  }
+  CHECK(!memcmp(grad[0], grad[1], sizeof grad[0]), "%s: the folded gradient sum differs "
+        "from the unfolded one", centre ? "layernorm" : "rmsnorm");
+  CHECK(nodes[1] == nodes[0] + 3, "%s: %llu nodes folded, %llu unfolded; want 3 more",
+        centre ? "layernorm" : "rmsnorm", (unsigned long long)nodes[0],
+        (unsigned long long)nodes[1]);
+}
+
+static void t_layernorm(void) {
+  norm_cases(1);
+  fold_case(1);
+}
+static void t_rmsnorm(void) {
+  norm_cases(0);
+  fold_case(0);
+}
 
 /* ======================================================================================
    embedding

@@ -72,11 +72,15 @@
  *            or BF16
  *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
  *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
- *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt; f[0]) -> dx, dgamma [C],
- *            dbeta [C]. With acc_gamma (F32 [C]) the node adds dgamma into it (the float
- *            add ACCUM does) instead of writing out[1], then absent; acc_beta and out[2]
- *            likewise: rg_backward folds a parameter's ACCUM into the node this way.
- *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt; f[0]) -> dx, dgamma [C], as above.
+ *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt, dx_in opt; f[0]) -> dx,
+ *            dgamma [C], dbeta [C]. With acc_gamma (F32 [C]) the node adds dgamma into it
+ *            (the float add ACCUM does) instead of writing out[1], then absent; acc_beta
+ *            and out[2] likewise: rg_backward folds a parameter's ACCUM into the node this
+ *            way. With dx_in (F32, x's shape) dx is the computed one + dx_in, rounded as
+ *            an ADD of the two: rg_backward folds the sum of x's gradients (a residual
+ *            stream's) into the node so.
+ *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt, unused, dx_in opt; f[0]) -> dx, dgamma
+ *            [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
  *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv (q, k, v, o
  *            F32 or BF16 as the forward's; each of dq, dk, dv F32 or BF16)
@@ -161,8 +165,8 @@
   X(MAX_BWD, max_bwd, "rg_max'", 2, 1)                        \
   X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1)            \
   X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1)\
-  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 5, 3)      \
-  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 4, 2)            \
+  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 3)      \
+  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 6, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \
   X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1) \

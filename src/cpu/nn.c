@@ -237,11 +237,14 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
       return RG_ERR_OOM;
     }
   }
+  const float *dx_in = k->in[5].p; /* added into dx (a folded gradient sum, ops.h) */
 #pragma omp parallel for num_threads(nt) if(par) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     norm_stats s = row_stats(x + r * C, C, eps, centre);
     if (st) st[r] = s;
-    if (dx) norm_dx_row(x + r * C, gamma, g + r * C, dx + r * C, C, s, centre);
+    if (!dx) continue;
+    norm_dx_row(x + r * C, gamma, g + r * C, dx + r * C, C, s, centre);
+    for (int64_t c = 0; dx_in && c < C; c++) dx[r * C + c] += dx_in[r * C + c];
   }
   if (params) {
     int64_t nblk = (C + CB - 1) / CB;

@@ -227,7 +227,8 @@ __global__ void norm_fwd_k(const float *__restrict__ x, const float *__restrict_
 template <bool WARP, bool CENTRE>
 __global__ void norm_bwd_k(const float *__restrict__ x, const float *__restrict__ gamma,
                            const float *__restrict__ g, float *__restrict__ dx,
-                           double2 *__restrict__ stats, int64_t R, int64_t C, double eps) {
+                           double2 *__restrict__ stats, int64_t R, int64_t C, double eps,
+                           const float *__restrict__ dxin) {
   __shared__ double shd[32];
   ROW_LOOP(WARP, R, r, G, t) {
     const float *xr = x + r * C, *gr = g + r * C;
@@ -248,7 +249,8 @@ __global__ void norm_bwd_k(const float *__restrict__ x, const float *__restrict_
     for (int64_t c = t; c < C; c += G) {
       double xh = (xr[c] - st.x) * st.y;
       double dxh = gamma ? (double)gr[c] * gamma[c] : (double)gr[c];
-      dr[c] = (float)(st.y * (dxh - a - xh * b));
+      float d = (float)(st.y * (dxh - a - xh * b));
+      dr[c] = dxin ? d + dxin[r * C + c] : d; /* dx_in: as the ADD it replaces */
     }
   }
 }
@@ -348,6 +350,7 @@ typedef struct norm_args {
   double eps;
   double *part;          /* the backward's [gridDim.x][ncol] partials; NULL: no dgamma,
                             dbeta wanted */
+  const float *dxin;     /* the backward's dx_in (added into dx, ops.h), or NULL */
 } norm_args;
 
 /* The lane's share of a row: float4 j is column group j*32 + lane, zeros past the row. */
@@ -495,6 +498,10 @@ __global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_ar
         xh[e] = (at(xv[j], e) - muf) * rs;
         g[e] = at(gv[j], e);
         dx[e] = rs * (g[e] * at(gm[j], e) - m1 - xh[e] * m2);
+      }
+      if (a.dxin) { /* computed + dx_in, as the ADD it replaces rounds them */
+        float4 d = ((const float4 *)(a.dxin + r * C))[q];
+        dx[0] += d.x, dx[1] += d.y, dx[2] += d.z, dx[3] += d.w;
       }
       if (dr) dr[q] = make_float4(dx[0], dx[1], dx[2], dx[3]);
       if (!a.part) continue;
@@ -1080,7 +1087,7 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   if (k->in[0].n == 0 || C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   int nv = norm_nv(C, x, NULL, y);
-  norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL};
+  norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL, NULL};
   rg_cuda_typed(k->out[0].dtype, [&](auto to) {
     typedef typename decltype(to)::type TO;
     if (centre)
@@ -1113,12 +1120,13 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   if (C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   bool params = dgamma || dbeta;
-  int nv = norm_bwd_nv(C, x, g, dx, gamma);
+  const float *dxin = (const float *)k->in[5].p; /* dx_in (ops.h) */
+  int nv = !dxin || rows4(C, dxin, NULL) ? norm_bwd_nv(C, x, g, dx, gamma) : 0;
   int64_t rchunk = max64(NORM_BWD_ROWS, cdiv(R, NORM_BWD_BLOCKS));
   int64_t nb = max64(1, cdiv(R, rchunk)), ncol = norm_ncol(C, centre);
   if (nv && (size_t)nb * (size_t)ncol * sizeof(double) <= L->scratch_bytes) {
     double *part = params ? (double *)L->scratch : NULL;
-    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part};
+    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part, dxin};
     if (centre)
       launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a, nv);
     else
@@ -1131,14 +1139,9 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   double2 *stats = params ? (double2 *)L->scratch : NULL;
   if (R > 0 && (dx || params)) {
     rowcfg c = row_config(R, C);
-    if (c.warp && centre)
-      norm_bwd_k<true, true><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, g, dx, stats, R, C, eps);
-    else if (c.warp)
-      norm_bwd_k<true, false><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, g, dx, stats, R, C, eps);
-    else if (centre)
-      norm_bwd_k<false, true><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, g, dx, stats, R, C, eps);
-    else
-      norm_bwd_k<false, false><<<c.grid, c.threads, 0, L->stream>>>(x, gamma, g, dx, stats, R, C, eps);
+    auto kern = c.warp ? (centre ? norm_bwd_k<true, true> : norm_bwd_k<true, false>)
+                       : (centre ? norm_bwd_k<false, true> : norm_bwd_k<false, false>);
+    kern<<<c.grid, c.threads, 0, L->stream>>>(x, gamma, g, dx, stats, R, C, eps, dxin);
   }
   if (params) {
     /* Segments of rows: ~PER_THREAD rows per thread, enough blocks to fill the GPU, and
