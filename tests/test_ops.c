@@ -1281,9 +1281,53 @@ static void fold_case(int centre) {
         (unsigned long long)nodes[1]);
 }
 
+/* rg_layernorm of the sum just recorded by rg_add becomes one ADD_LAYERNORM node (ops.h).
+   Everything must equal, bit for bit, the two nodes it replaces (kept apart here by a node
+   recorded between them, which with the separate layernorm makes 2 nodes more). The sum
+   has a consumer of its own, so its gradient meets the norm's. */
+static void add_norm_case(void) {
+  static const float av[12] = {0.3f, -1.2f, 2.5f, 0.7f, -0.4f, 1.1f,
+                               3.0f, -2.2f, 0.05f, 0.9f, -0.6f, 1.7f};
+  static const float wv[12] = {1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f, 1.5f, -3, 0.75f, 1};
+  float got[2][5][12];
+  uint64_t nodes[2];
+  for (int apart = 0; apart < 2; apart++) {
+    rg_ctx *ctx = open_ctx();
+    if (!ctx) return;
+    int64_t d[2] = {3, 4}, c = 4;
+    rg_init u = {RG_INIT_UNIFORM, -1, 1};
+    rg_tensor pa = rg_param(ctx, "a", RG_F32, 2, d, u), pb = rg_param(ctx, "b", RG_F32, 2, d, u);
+    rg_tensor ga = rg_param(ctx, "g", RG_F32, 1, &c, u), be = rg_param(ctx, "be", RG_F32, 1, &c, u);
+    CHECK_ST(ctx, rg_write(ctx, pa, av, sizeof av), RG_OK);
+    rg_tensor a = rg_scale(ctx, pa, 1.5f), b = rg_scale(ctx, pb, -0.5f);
+    rg_stats s0, s1;
+    rg_stats_get(ctx, &s0);
+    rg_tensor sum = rg_add(ctx, a, b);
+    if (apart) rg_neg(ctx, a);
+    rg_tensor y = rg_layernorm(ctx, sum, ga, be, 1e-5f);
+    rg_tensor w = input(ctx, 2, d, wv);
+    rg_tensor l = rg_add(ctx, rg_sum(ctx, rg_mul(ctx, y, w), RG_ALL_AXES, 0),
+                         rg_sum(ctx, rg_mul(ctx, sum, sum), RG_ALL_AXES, 0));
+    CHECK_ST(ctx, rg_backward(ctx, l), RG_OK);
+    rg_stats_get(ctx, &s1);
+    nodes[apart] = s1.nodes_recorded - s0.nodes_recorded;
+    rg_tensor t[5] = {y, rg_grad(ctx, pa), rg_grad(ctx, pb), rg_grad(ctx, ga), rg_grad(ctx, be)};
+    for (int i = 0; i < 5; i++)
+      CHECK_ST(ctx, rg_read(ctx, t[i], got[apart][i], (size_t)rg_numel(ctx, t[i]) * 4), RG_OK);
+    close_ctx(ctx);
+  }
+  static const char *const what[5] = {"y", "da", "db", "dgamma", "dbeta"};
+  for (int i = 0; i < 5; i++)
+    CHECK(!memcmp(got[0][i], got[1][i], i < 3 ? 48 : 16), "add+layernorm: %s differs from "
+          "the separate add and layernorm", what[i]);
+  CHECK(nodes[1] == nodes[0] + 2, "add+layernorm: %llu nodes fused, %llu apart; want 2 more",
+        (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
+}
+
 static void t_layernorm(void) {
   norm_cases(1);
   fold_case(1);
+  add_norm_case();
 }
 static void t_rmsnorm(void) {
   norm_cases(0);

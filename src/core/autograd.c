@@ -258,6 +258,20 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
       memcpy(gin, o, sizeof o);
     break;
   }
+  case RG_OP_ADD_LAYERNORM: { /* s = a + b, y = layernorm(s): s's whole gradient is
+                                 layernorm' of y's plus s's own (dx_in), a and b get it */
+    uint32_t gs = gout[0], gy = gout[1], tot = gs;
+    if (gy) {
+      rg_shape c = {RG_F32, 1, {so.dims[so.ndim - 1]}}, none = {0, -1, {0}};
+      rg_shape outs[RG_MAX_OUT] = {so, n->in[2] ? c : none, n->in[3] ? c : none};
+      uint32_t in[RG_MAX_IN] = {out, n->in[2], gy, 0, 0, gs}, o[RG_MAX_OUT] = {0};
+      if (rg__emit(ctx, RG_OP_LAYERNORM_BWD, in, outs, NULL, f, NULL, o) != RG_OK) break;
+      tot = o[0], gin[2] = o[1], gin[3] = o[2];
+    }
+    gin[0] = sum_to(ctx, tot, sx);
+    gin[1] = sum_to(ctx, tot, sy);
+    break;
+  }
   case RG_OP_EMBEDDING: gin[0] = op1(ctx, RG_OP_EMBEDDING_BWD, y, g, 0, sx, NULL, NULL); break;
   case RG_OP_ATTENTION: {
     uint32_t in[RG_MAX_IN] = {x, y, n->in[2], n->out[0], g, n->out[1]};
@@ -480,7 +494,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     if (dist && (st = rg__dist_reached(ctx, k)) != RG_OK) break;
     rg_node n = ctx->nodes[k]; /* a copy: recording may move the node array */
     if (!(n.flags & RG_N_GRAD)) continue;
-    uint32_t gout[RG_MAX_OUT] = {0}, gin[RG_MAX_OUT + 1] = {0};
+    uint32_t gout[RG_MAX_OUT] = {0}, gin[RG_MAX_IN] = {0};
     bool any = false;
     for (int j = 0; j < n.nout; j++)
       if (n.out[j] && !(n.out[j] >> 31) && (gout[j] = rg__t(ctx, n.out[j])->grad)) any = true;
@@ -489,12 +503,12 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     uint32_t made = pass->n;
     rg__backward_rule(ctx, &n, gout, gin);
     st = ctx->err;
-    for (int j = 0; st == RG_OK && j < n.nin && j < RG_MAX_OUT; j++) {
+    for (int j = 0; st == RG_OK && j < n.nin; j++) {
       uint32_t in = n.in[j];
       if (!in || !gin[j] || !(rg__t(ctx, in)->flags & RG_T_GRAD)) continue;
       bool alone = true;
       uint32_t holders = 0; /* outputs whose gradient passes through and dies below */
-      for (int q = 0; q < n.nin && q < RG_MAX_OUT; q++) alone &= q == j || gin[q] != gin[j];
+      for (int q = 0; q < n.nin; q++) alone &= q == j || gin[q] != gin[j];
       for (int q = 0; q < n.nout; q++)
         holders += gout[q] == gin[j] && !(rg__t(ctx, n.out[q])->flags & RG_T_RETAIN);
       st = accumulate(ctx, in, gin[j], first, alone, holders);

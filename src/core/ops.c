@@ -129,6 +129,10 @@ static bool shape_error(rg_ctx *ctx, const char *call, const char *what, const r
   return false;
 }
 
+static bool same_dims(rg_shape a, rg_shape b) {
+  return a.ndim == b.ndim && !memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim);
+}
+
 /* numpy broadcasting: axes aligned from the right; sizes equal or one of them 1. */
 static bool broadcast(rg_ctx *ctx, const char *call, const rg_shape *a, const rg_shape *b,
                       rg_shape *out) {
@@ -338,6 +342,39 @@ static bool vector_of(rg_ctx *ctx, const char *call, uint32_t ref, int64_t c, co
   return false;
 }
 
+/* When x is the sum of the last node recorded, a queued ADD of two tensors of x's shape
+   (a residual stream's x + f(x)), that node becomes an ADD_LAYERNORM writing x and the
+   norm's output ys: one node, and the sum is not read back (ops.h). *y: ys's ref, or 0
+   when nothing changed. False on a failure (its error is set). */
+static bool add_norm(rg_ctx *ctx, const uint32_t *in, rg_shape ys, float eps, uint32_t *y) {
+  *y = 0;
+  uint32_t idx = rg__t(ctx, in[0])->node;
+  if ((in[0] >> 31) || !idx || idx != ctx->n_nodes || idx - 1 < ctx->q_head) return true;
+  rg_node *n = &ctx->nodes[idx - 1];
+  if (n->op != RG_OP_ADD || n->out[0] != in[0] ||
+      !same_dims(rg__shape(ctx, n->in[0]), ys) || !same_dims(rg__shape(ctx, n->in[1]), ys))
+    return true;
+  if (!(*y = rg__new(ctx, RG_POOL_PASS, (rg_dtype)ys.dtype, ys.ndim, ys.dims, "rg_layernorm")))
+    return false;
+  /* what rg__commit does for a node: its flag from the inputs, its outputs' state */
+  n->op = RG_OP_ADD_LAYERNORM;
+  n->nin = 4, n->nout = 2;
+  n->in[2] = in[1], n->in[3] = in[2], n->out[1] = *y;
+  n->f[0] = eps;
+  bool grad = false;
+  for (int i = 0; i < n->nin && !ctx->no_grad; i++)
+    grad |= n->in[i] && (rg__t(ctx, n->in[i])->flags & RG_T_GRAD);
+  rg_tinfo *ty = rg__t(ctx, *y);
+  ty->node = idx;
+  ty->state = RG_PENDING;
+  if (grad) {
+    n->flags |= RG_N_GRAD;
+    ty->flags |= RG_T_GRAD;
+    rg__t(ctx, n->out[0])->flags |= RG_T_GRAD;
+  }
+  return true;
+}
+
 rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta, float eps) {
   const char *call = "rg_layernorm";
   uint32_t in[3];
@@ -354,7 +391,9 @@ rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta
     return rg__fail(ctx, RG_ERR_MISUSE, call, "eps %g must be >= 0", eps), RG_NONE;
   float fv[4] = {eps, 0, 0, 0};
   s.dtype = act_dtype(ctx);
-  return emit1(ctx, RG_OP_LAYERNORM, in, s, NULL, fv);
+  uint32_t y;
+  if (!add_norm(ctx, in, s, eps, &y)) return RG_NONE;
+  return y ? rg__handle(ctx, y) : emit1(ctx, RG_OP_LAYERNORM, in, s, NULL, fv);
 }
 
 rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps) {

@@ -37,6 +37,10 @@
  *  LAYERNORM x [..,C], gamma [C] (opt), beta [C] (opt); f[0] = eps; biased variance;
  *            out F32 or BF16 (F32 statistics, rounded once).
  *  RMSNORM   x [..,C], gamma [C] (opt); f[0] = eps; out as LAYERNORM's.
+ *  ADD_LAYERNORM a, b (same shape, each F32 or BF16), gamma, beta (opt) -> s = a + b
+ *            (F32), y = LAYERNORM(s): an ADD whose sum feeds a layernorm right after
+ *            (a residual stream), one node, the sum read once (rg_layernorm turns the
+ *            queued ADD node into it, ops.c); f[0] = eps.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
  *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> o [B,H,T,D], lse [B,H,T]; i[0]
  *            causal (key s masked when s > t); scale 1/sqrt(D); lse = log sum_s exp(score)
@@ -144,6 +148,7 @@
   X(LINEAR, linear, "rg_linear", 3, 1)                        \
   X(LINEAR_ACT, linear_act, "rg_linear_act", 3, 2)            \
   X(LAYERNORM, layernorm, "rg_layernorm", 3, 1)               \
+  X(ADD_LAYERNORM, add_layernorm, "rg_layernorm", 4, 2)       \
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
   X(ATTENTION, attention, "rg_attention", 3, 2)               \

@@ -169,6 +169,17 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
 }
 
 rg_status rg_cpu_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
+
+/* s = a + b, then y = layernorm(s) (ops.h): the two kernels in turn. */
+rg_status rg_cpu_add_layernorm(rg_kargs *k) {
+  rg_kargs add = *k, ln = *k;
+  add.in[2].p = add.in[3].p = NULL;
+  ln.in[0] = k->out[0], ln.in[1] = k->in[2], ln.in[2] = k->in[3];
+  ln.in[3].p = NULL;
+  ln.out[0] = k->out[1];
+  rg_status st = rg_cpu_add(&add);
+  return st == RG_OK ? rg_cpu_layernorm(&ln) : st;
+}
 rg_status rg_cpu_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
 
 /* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = g gamma; rmsnorm drops the

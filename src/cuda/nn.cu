@@ -1099,6 +1099,17 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
 }
 
 rg_status rg_cuda_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
+
+/* s = a + b, then y = layernorm(s) (ops.h): the two kernels in turn. */
+rg_status rg_cuda_add_layernorm(rg_kargs *k) {
+  rg_kargs add = *k, ln = *k;
+  add.in[2].p = add.in[3].p = NULL;
+  ln.in[0] = k->out[0], ln.in[1] = k->in[2], ln.in[2] = k->in[3];
+  ln.in[3].p = NULL;
+  ln.out[0] = k->out[1];
+  rg_status st = rg_cuda_add(&add);
+  return st == RG_OK ? norm_fwd(&ln, true) : st;
+}
 rg_status rg_cuda_rmsnorm(rg_kargs *k) { return norm_fwd(k, false); }
 
 /* Scratch, when dgamma or dbeta is wanted: for the kernels from registers the blocks'
