@@ -228,6 +228,26 @@ static out c_norm_fold(rg_ctx *c) {
   y = rg_concat(c, y, fold_of(c, 3, 64, 256, 1), 0);
   return weigh(c, y);
 }
+/* rg_layernorm of a sum just recorded by rg_add: one ADD_LAYERNORM node, one pass a row
+   for C <= 1024 in float4 (100, 768, 1024: 2, 6 and 8 float4 a lane), the two kernels
+   otherwise (90, 2048). b is a linear's output: BF16 under rg_options.bf16. */
+static rg_tensor addnorm_of(rg_ctx *c, int i, int64_t R, int64_t C) {
+  char n[5][16];
+  for (int j = 0; j < 5; j++) snprintf(n[j], sizeof n[j], "%c%d", "axwgb"[j], i);
+  rg_tensor a = rg_scale(c, P(c, n[0], D2(R, C)), 1.5f);
+  rg_tensor b = rg_linear(c, P(c, n[1], D2(R, 8)), P(c, n[2], D2(C, 8)), RG_NONE);
+  rg_tensor s = rg_add(c, a, b);
+  rg_tensor y = rg_layernorm(c, s, P(c, n[3], 1, &C), P(c, n[4], 1, &C), 1e-5f);
+  return flat(c, rg_mul(c, y, s));
+}
+static out c_add_norm(rg_ctx *c) {
+  rg_tensor y = addnorm_of(c, 0, 70, 768);
+  y = rg_concat(c, y, addnorm_of(c, 1, 33, 100), 0);
+  y = rg_concat(c, y, addnorm_of(c, 2, 9, 1024), 0);
+  y = rg_concat(c, y, addnorm_of(c, 3, 20, 90), 0);
+  y = rg_concat(c, y, addnorm_of(c, 4, 5, 2048), 0);
+  return weigh(c, y);
+}
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
    rows and few columns (many chunks), few rows and many columns (one chunk), widths that
    are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
@@ -744,7 +764,7 @@ int main(void) {
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
       {"linear-act", c_linear_act, 1e-5},
       {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
-      {"norm-fold", c_norm_fold, 1e-5},
+      {"norm-fold", c_norm_fold, 1e-5}, {"add-norm", c_add_norm, 1e-5},
       {"embedding", c_embedding, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
@@ -771,6 +791,7 @@ int main(void) {
      relative, on a few elements, and by the CUDA attention's bf16 probabilities. */
   run_case_mode("bf16-linact", c_linear_act, 1e-2, 3);
   run_case_mode("bf16-norms", c_norm_kernels, 1e-2, 3);
+  run_case_mode("bf16-addnorm", c_add_norm, 1e-2, 3);
   run_case_mode("bf16-xent", c_bf16_xent, 1e-2, 3);
   run_case_mode("bf16-block", c_bf16_block, 3e-2, 3);
   run_case_mode("bf16-gpt", c_gpt, 3e-2, 3);

@@ -541,6 +541,14 @@ int norm_nv(int64_t C, const float *x, const float *g, const void *out) {
   return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
 }
 
+/* NV (2, 4, 6 or 8) for rows of C <= 1024 held in a warp's registers, x and out as
+   norm_nv's; 0 where that does not apply. */
+int norm_nv_wide(int64_t C, const float *x, const void *out) {
+  if (C == 0 || C > 1024 || !rows4(C, x, NULL) || !rows4(C, out, NULL)) return 0;
+  int64_t nv = cdiv(C / 4, 32);
+  return (int)(nv + (nv & 1));
+}
+
 /* The backward's NV (2, 4, 6 or 8: C <= 1024), or 0 where it does not apply. */
 int norm_bwd_nv(int64_t C, const float *x, const float *g, const float *dx,
                 const float *gamma) {
@@ -1100,8 +1108,64 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
 
 rg_status rg_cuda_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
 
-/* s = a + b, then y = layernorm(s) (ops.h): the two kernels in turn. */
+/* s = a + b (a F32, b of type TB) and y = layernorm(s), a warp a row held in registers
+   (NV float4 a lane, as the backward's): a and b are read once, s and y written once.
+   The sum is the float add of ADD, the statistics warp_stats', so s and y equal the two
+   kernels' results. */
+template <int NV, class TB, class TO>
+__global__ void add_norm_warp_k(norm_args a, const TB *__restrict__ b, float *__restrict__ s) {
+  int lane = threadIdx.x & 31;
+  int64_t C4 = a.C / 4;
+  for (int64_t r = (int64_t)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5); r < a.R;
+       r += (int64_t)gridDim.x * NORM_WARPS) {
+    float4 xv[NV];
+    load_row<NV>(a.x + r * a.C, C4, lane, xv);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      int64_t q = (int64_t)j * 32 + lane;
+      if (q >= C4) continue;
+      float4 v = rg_ld4(b + r * a.C, q);
+      xv[j] = make_float4(xv[j].x + v.x, xv[j].y + v.y, xv[j].z + v.z, xv[j].w + v.w);
+      ((float4 *)(s + r * a.C))[q] = xv[j];
+    }
+    double2 st = warp_stats<NV, true>(xv, a.C, lane, a.eps);
+    store_row<NV>((TO *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
+      float v = (float)((at(xv[j], e) - st.x) * st.y);
+      if (a.gamma) v = __fmul_rn(v, a.gamma[c]);
+      return a.beta ? __fadd_rn(v, a.beta[c]) : v;
+    });
+  }
+}
+
+/* s = a + b, then y = layernorm(s) (ops.h): one pass (add_norm_warp_k) when a row fits a
+   warp's registers (C <= 1024, rows of float4) and one of a, b is F32; else the two
+   kernels in turn. */
 rg_status rg_cuda_add_layernorm(rg_kargs *k) {
+  const rg_tv *pa = &k->in[0], *pb = &k->in[1];
+  if (pa->dtype != RG_F32) pa = &k->in[1], pb = &k->in[0]; /* the add commutes */
+  int64_t C = last_dim(&k->in[0]);
+  int nv = pa->dtype == RG_F32 && rows4(C, pb->p, k->out[0].p) && C <= 1024
+               ? norm_nv_wide(C, (const float *)pa->p, k->out[1].p) : 0;
+  if (nv && k->out[0].n) {
+    rg_cuda_launch *L = rg_cuda_ctx(k);
+    norm_args a = {(const float *)pa->p, (const float *)k->in[2].p, (const float *)k->in[3].p,
+                   NULL, k->out[1].p, k->out[0].n / C, C, 0, k->node->f[0], NULL, NULL};
+    unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
+    float *s = (float *)k->out[0].p;
+    rg_cuda_typed(pb->dtype, [&](auto tb) {
+      typedef typename decltype(tb)::type TB;
+      const TB *b = (const TB *)pb->p;
+      rg_cuda_typed(k->out[1].dtype, [&](auto to) {
+        typedef typename decltype(to)::type TO;
+        auto kern = nv == 2   ? add_norm_warp_k<2, TB, TO>
+                    : nv == 4 ? add_norm_warp_k<4, TB, TO>
+                    : nv == 6 ? add_norm_warp_k<6, TB, TO>
+                              : add_norm_warp_k<8, TB, TO>;
+        kern<<<grid, 32 * NORM_WARPS, 0, L->stream>>>(a, b, s);
+      });
+    });
+    return rg_cuda_check_launch(k, "add_layernorm");
+  }
   rg_kargs add = *k, ln = *k;
   add.in[2].p = add.in[3].p = NULL;
   ln.in[0] = k->out[0], ln.in[1] = k->in[2], ln.in[2] = k->in[3];
