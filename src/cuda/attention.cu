@@ -767,6 +767,46 @@ __device__ __forceinline__ void mma_nt(acc8 (&acc)[MR][NC / 8], const bf16 *A, c
   }
 }
 
+/* The A fragments of the warp's 16 MR rows at A (a tile of row stride DM + 8) for every
+   k step of 16 below dn, as mma_nt loads them: fa[i][k / 16]. */
+template <int DM, int MR>
+__device__ __forceinline__ void ld_a(unsigned (&fa)[MR][DM / 16][4], const bf16 *A, int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
+#pragma unroll
+  for (int k = 0; k < DM; k += 16) {
+    if (k >= dn) break;
+#pragma unroll
+    for (int i = 0; i < MR; i++) ldm4(fa[i][k / 16], pa + 2 * (16 * i * LD + k));
+  }
+}
+/* mma_nt with A's fragments already in registers (ld_a). */
+template <int DM, int MR, int NC>
+__device__ __forceinline__ void mma_ntr(acc8 (&acc)[MR][NC / 8],
+                                        const unsigned (&fa)[MR][DM / 16][4], const bf16 *B,
+                                        int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
+#pragma unroll
+  for (int i = 0; i < MR; i++) zero8(acc[i]);
+#pragma unroll
+  for (int k = 0; k < DM; k += 16) {
+    if (k >= dn) break;
+#pragma unroll
+    for (int n = 0; n < NC / 8; n += 2) {
+      unsigned fb[4];
+      ldm4(fb, pb + 2 * (n * 8 * LD + k));
+#pragma unroll
+      for (int i = 0; i < MR; i++) {
+        mma16816(acc[i][n], fa[i][k / 16], fb[0], fb[1]);
+        mma16816(acc[i][n + 1], fa[i][k / 16], fb[2], fb[3]);
+      }
+    }
+  }
+}
+
 /* acc += P M: P the warp's 16 MR x KC bf16 operand in registers (p[i][k] the A fragment
    of rows 16 i .. 16 i + 15 and inner rows 16 k .. 16 k + 15), M a bf16 tile of KC rows
    of stride DM + 8 read transposed by ldmatrix (its rows are the inner dimension); column
@@ -912,6 +952,10 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
   const int tw = t0 + WR * w; /* the warp's first row; the lane's are tw + 16 i + g + 8 h */
   float m[MR][2], ls[MR][2];
   acc8 o[MR][DM / 8];
+  /* HQ: the warp's rows of Qs stay in registers as A fragments (MR DM / 4 of them; at
+     MR DM = 256 they spill) */
+  constexpr bool HQ = MR * DM <= 128;
+  unsigned fq[MR][DM / 16][4];
 #pragma unroll
   for (int i = 0; i < MR; i++) {
     m[i][0] = m[i][1] = -INFINITY, ls[i][0] = ls[i][1] = 0.f;
@@ -926,7 +970,12 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
     if (WR * w >= nq || (a.causal && j0 > tw + WR - 1)) continue;
     const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
     acc8 s[MR][8];
-    mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
+    if constexpr (HQ) {
+      if (j0 == 0) ld_a<DM, MR>(fq, Qs + WR * w * LD, a.dn); /* Qs is whole from here on */
+      mma_ntr<DM, MR, TR>(s, fq, Ks, a.dn);
+    } else {
+      mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
+    }
     if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, -INFINITY, a, kn, j0, tw + g);
     unsigned p[MR][4][4];
 #pragma unroll
