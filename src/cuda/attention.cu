@@ -1206,12 +1206,14 @@ __global__ void __launch_bounds__(MT, MMB_KV)
       unsigned p[MR][QC / 16][4], ds[MR][QC / 16][4];
       mma_nt<DM, MR, QC>(s, Ks + kw * LD, Qs + q0 * LD, a.dn); /* s^T */
 #pragma unroll
-      for (int i = 0; i < MR; i++)
+      for (int n = 0; n < QC / 8; n++) { /* the lane's 2 columns of tile n: 8-byte aligned */
+        float2 lv = *(const float2 *)(Lt + q0 + 8 * n + c2);
 #pragma unroll
-        for (int n = 0; n < QC / 8; n++)
+        for (int i = 0; i < MR; i++)
 #pragma unroll
           for (int e = 0; e < 4; e++)
-            s[i][n][e] = ex2(fmaf(s[i][n][e], sl, -Lt[q0 + 8 * n + c2 + (e & 1)]));
+            s[i][n][e] = ex2(fmaf(s[i][n][e], sl, -(e & 1 ? lv.y : lv.x)));
+      }
       if (!full) { /* query q0 + r is seen by key kw + ck when r in [lo, hi) */
 #pragma unroll
         for (int i = 0; i < MR; i++)
@@ -1234,16 +1236,16 @@ __global__ void __launch_bounds__(MT, MMB_KV)
       if (io.dk) {
         mma_nt<DM, MR, QC>(s, Vs + kw * LD, Gs + q0 * LD, a.dn); /* dp^T */
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
+        for (int n = 0; n < QC / 8; n++) {
+          float2 dv2 = *(const float2 *)(Dt + q0 + 8 * n + c2);
 #pragma unroll
-          for (int n = 0; n < QC / 8; n++)
+          for (int i = 0; i < MR; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-              float d = Dt[q0 + 8 * n + c2 + (e & 1)];
-              s[i][n][e] = ds_of(from_a(p[i], n, e), s[i][n][e], d, a.scale);
-            }
-          to_a<QC>(ds[i], s[i]);
+            for (int e = 0; e < 4; e++)
+              s[i][n][e] = ds_of(from_a(p[i], n, e), s[i][n][e], e & 1 ? dv2.y : dv2.x, a.scale);
         }
+#pragma unroll
+        for (int i = 0; i < MR; i++) to_a<QC>(ds[i], s[i]);
         mma_pm<DM, MR, QC>(dk, ds, Qs + q0 * LD, a.dn);
       }
     }
