@@ -42,28 +42,48 @@
  * float4 of one row) hit 8 different groups of 4 banks, and the scalar stores of P hit 32
  * banks.
  *
- * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
- * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
- * [64][DM + 8], zero past the last row and past D. A tile of q, k or v is copied in
- * 16-byte chunks (8 columns) by cp.async (.cg: through L2 only) when a.v8 says its rows
- * start 16-byte aligned and D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or
- * 100, odd strides). The tiles a block walks are double-buffered: tile i + 1 is copied
- * into the second buffer while tile i is worked on. A warp's 16 x 64 product A B^T
- * (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
+ * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 MR rows (queries in
+ * the forward and kernel 1, keys in kernel 2), warp w the 16 MR rows from 16 MR w, and
+ * walks the other side in tiles of 64. MR, the warp's m16 tiles, is a template parameter:
+ * 1 or 2 (see "rows a warp" below). Shared tiles are bf16 [rows][DM + 8], zero past the
+ * last row and past D. A tile of q, k or v is copied in 16-byte chunks (8 columns) by
+ * cp.async (.cg: through L2 only) when a.v8 says its rows start 16-byte aligned and
+ * D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or 100, odd strides). The tiles
+ * a block walks are double-buffered: tile i + 1 is copied into the second buffer while
+ * tile i is worked on. An m16 tile of a product A B^T against 64 rows of B (scores, dp)
+ * is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
  * q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile n, so a row
- * lives in the 4 lanes of a quad and its max and sum are 2-step butterflies. Per k step
- * of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with one
- * ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
- * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
- * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
- * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
- * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
- * different groups of 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive
- * bytes of one row) do too. The key pass works on transposed tiles (rows keys, columns
- * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
- * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
- * FMA per entry: s log2(e) - m); lse is still the natural log. Results go straight from
- * the accumulators to global memory (a pair per lane: float2, or __nv_bfloat162).
+ * lives in the 4 lanes of a quad and its max is a 2-step butterfly. Per k step of 16 over
+ * d (d < D rounded up to 16) the warp loads A's 16 x 16 block of each m16 tile with one
+ * ldmatrix.x4 (the forward keeps its q fragments in registers instead, where MR DM <= 128)
+ * and B's 64 x 16 with four; each B fragment feeds MR mma's. Accumulator tiles 2 k and
+ * 2 k + 1, rounded to bf16 in pairs, are exactly the A fragment of inner rows
+ * 16 k .. 16 k + 15 of the next product, so p and ds never leave registers; that
+ * product's B operand (v, k, g or q: a [64 inner][DM] tile) is read with ldmatrix.trans,
+ * again one fragment for MR mma's. Rows of DM + 8 bf16 are 16 bytes past a multiple of
+ * 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8 different groups of
+ * 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive bytes of one row) do
+ * too. The key pass works on transposed tiles (rows keys, columns queries), a query tile
+ * in MR column blocks of QC = 64 / MR: p^T and ds^T are then the A operands of
+ * dv += p^T g and dk += ds^T q, and the query tile's lse and delta come from a shared [64]
+ * each. Exponentials are base 2, one FMA and one ex2.approx.ftz an entry (2^(s log2(e) -
+ * m); a p below 2^-126 flushes to 0); lse is still the natural log. A warp skips the
+ * products of a walked tile (or column block) that none of its rows sees: causal, every
+ * key after its last query; rows past T or S. The mask is evaluated per entry only on
+ * tiles that cross the diagonal or the end of the keys or queries, as a bound on the
+ * column a row sees. Results go straight from the accumulators to global memory (a pair
+ * per lane: float2, or __nv_bfloat162).
+ *
+ * Rows a warp. At MR = 1 every ldmatrix.x4 of B feeds 2 mma's: a k step of q k^T loads 5
+ * fragments for 8 mma's, one of p v 1 for 2, so shared-memory reads and ldmatrix issue,
+ * not the tensor cores, set the pace. At MR = 2 the same loads serve twice the rows (q
+ * k^T: 4 for 16 mma's with q in registers; p v: 1 for 4), and each copy of a walked tile
+ * from L2 serves 128 rows instead of 64; the price is twice the accumulators, so two
+ * blocks an SM (8 warps of 32 rows) instead of three (12 of 16). Kernel 2 at MR = 2 holds
+ * dk and dv for 32 keys (128 registers at DM = 64), so it walks each query tile in two
+ * column blocks of 32 (a 32 x 32 score tile: 32 registers), each ldmatrix.x4 of B still
+ * feeding 4 mma's. At DM = 128, MR = 2 spills in kernel 1 (104 bytes) and cannot fit
+ * kernel 2's accumulators, so both stay at MR = 1 there.
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -94,20 +114,21 @@
  *            forward              kernel 1                 kernel 2
  *   f32      68 / 116: Q K V P    85 / 149: Q G K V P      102 / 166: K V Q G Pt Dt
  *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V)    55 / 103: K V 2x(Q G Ls Dl)
+ *   MR = 2   54 / 102             72 / -                   73 / -
  * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
  * __launch_bounds__ caps registers at 128 for it; at DM = 128 one block fits, registers
  * are not capped (ptxas -v, nvcc 13, forward / kernel 1 / kernel 2: 122 / 128 / 128 and
- * 166 / 168 / 230, no spills). bf16: the forward and kernel 1 are capped for three blocks
- * an SM at DM = 64 (168 registers: 149 and 168 used; 3 x 54 KB of shared memory fits the
- * 228 KB of an H100 / H200 SM) and two at DM = 128 (198 and 228); kernel 2 holds dk and
- * dv (2 DM / 8 accumulator tiles) and is capped for two (240 at DM = 64, 255 at
- * DM = 128, no spills; capping it at 168 for three blocks spilled 106 bytes before the
- * tiles were double-buffered). The f32 loads of g are made 4 float4 a thread at a time,
- * so they fit beside those accumulators. Query tiles stay 64 rows in the forward: 128
- * rows would halve the copies of each key tile from L2 (which the double buffering now
- * hides), but at the same 16 rows a warp they cost a block of 8 warps 149 registers a
- * thread, one block an SM (8 warps, against 12 now), and at 32 rows a warp they double
- * the accumulators (two blocks of 4 warps at best).
+ * 166 / 168 / 230, no spills). bf16 (an H100 / H200 SM: 64 K registers, 228 KB of shared
+ * memory), registers used (ptxas -v, nvcc 13, no spills), forward / kernel 1 / kernel 2:
+ *   MR = 1, DM = 64    150 / 168 / 234   three blocks an SM, two for kernel 2
+ *   MR = 1, DM = 128   223 / 228 / 255   two blocks an SM
+ *   MR = 2, DM = 64    249 / 255 / 250   two blocks an SM
+ *   MR = 2, DM = 128   255 / - / -       two blocks an SM
+ * At MR = 1 and DM = 64 the forward and kernel 1 are capped at 168 registers, for three
+ * blocks (3 x 54 KB of shared memory fits); every other variant is capped for two (255).
+ * Capping the MR = 2 forward and kernel 1 at 168 for three blocks spills 100 and 194
+ * bytes. The f32 loads of g are made 4 float4 a thread at a time, so they fit beside the
+ * accumulators.
  *
  * Barriers, f32: every loop iteration is  sync (the previous iteration's readers are
  * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. bf16: one a
@@ -120,8 +141,10 @@
  * the products of tile i, reading only buffer i % 2 and the block's own tiles; kernel 2
  * then stores tile i + 1's lse and delta, loaded before its products, into buffer
  * (i + 1) % 2. So a buffer is written only between the barrier after its last read and
- * the barrier before its next read. A block that walks no tile still waits for its
- * copies before it exits; nothing shared is read after the loop.
+ * the barrier before its next read. A warp that skips a tile's products still issues its
+ * share of the next copies and meets every barrier (the skip is after them, and inside
+ * an iteration). A block that walks no tile still waits for its copies before it exits;
+ * nothing shared is read after the loop.
  */
 #include "cuda.h"
 
