@@ -92,8 +92,9 @@
  * key, as on the CPU: it is never read, and stays finite for check_finite). Masked
  * entries get s = -inf and p = 0 exactly (never exp(-inf - -inf)). They still meet the
  * products as 0 * v: a non-finite v (or k) of a key masked from row t but inside a tile
- * row t visits makes row t NaN, where the CPU, which skips masked keys, stays finite (the
- * later rows that see that key are non-finite on both).
+ * row t visits (the mma kernels: whose products row t's warp does not skip) makes row t
+ * NaN, where the CPU, which skips masked keys, stays finite (the later rows that see that
+ * key are non-finite on both).
  *
  * Backward, two kernels, no atomics (every output element is summed by one thread, or
  * one tensor-core fragment chain, in a fixed order, so results repeat exactly):
