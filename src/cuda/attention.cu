@@ -42,28 +42,48 @@
  * float4 of one row) hit 8 different groups of 4 banks, and the scalar stores of P hit 32
  * banks.
  *
- * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 rows, warp w the rows
- * 16 w .. 16 w + 15, and walks the other side in tiles of 64. Shared tiles are bf16
- * [64][DM + 8], zero past the last row and past D. A tile of q, k or v is copied in
- * 16-byte chunks (8 columns) by cp.async (.cg: through L2 only) when a.v8 says its rows
- * start 16-byte aligned and D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or
- * 100, odd strides). The tiles a block walks are double-buffered: tile i + 1 is copied
- * into the second buffer while tile i is worked on. A warp's 16 x 64 product A B^T
- * (scores, dp) is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
+ * bf16 kernels. A block of 128 threads (4 warps) owns a tile of 64 MR rows (queries in
+ * the forward and kernel 1, keys in kernel 2), warp w the 16 MR rows from 16 MR w, and
+ * walks the other side in tiles of 64. MR, the warp's m16 tiles, is a template parameter:
+ * 1 or 2 (see "rows a warp" below). Shared tiles are bf16 [rows][DM + 8], zero past the
+ * last row and past D. A tile of q, k or v is copied in 16-byte chunks (8 columns) by
+ * cp.async (.cg: through L2 only) when a.v8 says its rows start 16-byte aligned and
+ * D % 8 == 0; otherwise by 2-byte loads, at once (D = 17 or 100, odd strides). The tiles
+ * a block walks are double-buffered: tile i + 1 is copied into the second buffer while
+ * tile i is worked on. An m16 tile of a product A B^T against 64 rows of B (scores, dp)
+ * is 8 m16n8 accumulator tiles, 32 f32 registers a lane: lane (g = lane / 4,
  * q = lane % 4) holds rows g and g + 8, columns 8 n + 2 q and + 1 of tile n, so a row
- * lives in the 4 lanes of a quad and its max and sum are 2-step butterflies. Per k step
- * of 16 over d (d < D rounded up to 16) the warp loads A's 16 x 16 block with one
- * ldmatrix.x4 and B's 64 x 16 with four. Accumulator tiles 2 k and 2 k + 1, rounded to
- * bf16 in pairs, are exactly the A fragment of inner rows 16 k .. 16 k + 15 of the next
- * product, so p and ds never leave registers; that product's B operand (v, k, g or q: a
- * [64 inner][DM] tile) is read with ldmatrix.trans. Rows of DM + 8 bf16 are 16 bytes past
- * a multiple of 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8
- * different groups of 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive
- * bytes of one row) do too. The key pass works on transposed tiles (rows keys, columns
- * queries): p^T and ds^T are then the A operands of dv += p^T g and dk += ds^T q, and the
- * query tile's lse and delta come from a shared [64] each. Exponentials are base 2 (one
- * FMA per entry: s log2(e) - m); lse is still the natural log. Results go straight from
- * the accumulators to global memory (a pair per lane: float2, or __nv_bfloat162).
+ * lives in the 4 lanes of a quad and its max is a 2-step butterfly. Per k step of 16 over
+ * d (d < D rounded up to 16) the warp loads A's 16 x 16 block of each m16 tile with one
+ * ldmatrix.x4 (the forward keeps its q fragments in registers instead, where MR DM <= 128)
+ * and B's 64 x 16 with four; each B fragment feeds MR mma's. Accumulator tiles 2 k and
+ * 2 k + 1, rounded to bf16 in pairs, are exactly the A fragment of inner rows
+ * 16 k .. 16 k + 15 of the next product, so p and ds never leave registers; that
+ * product's B operand (v, k, g or q: a [64 inner][DM] tile) is read with ldmatrix.trans,
+ * again one fragment for MR mma's. Rows of DM + 8 bf16 are 16 bytes past a multiple of
+ * 128 bytes, so the 8 row addresses of each ldmatrix matrix fall in 8 different groups of
+ * 4 banks, and a quarter-warp's 8 chunks of a fill (128 consecutive bytes of one row) do
+ * too. The key pass works on transposed tiles (rows keys, columns queries), a query tile
+ * in MR column blocks of QC = 64 / MR: p^T and ds^T are then the A operands of
+ * dv += p^T g and dk += ds^T q, and the query tile's lse and delta come from a shared [64]
+ * each. Exponentials are base 2, one FMA and one ex2.approx.ftz an entry (2^(s log2(e) -
+ * m); a p below 2^-126 flushes to 0); lse is still the natural log. A warp skips the
+ * products of a walked tile (or column block) that none of its rows sees: causal, every
+ * key after its last query; rows past T or S. The mask is evaluated per entry only on
+ * tiles that cross the diagonal or the end of the keys or queries, as a bound on the
+ * column a row sees. Results go straight from the accumulators to global memory (a pair
+ * per lane: float2, or __nv_bfloat162).
+ *
+ * Rows a warp. At MR = 1 every ldmatrix.x4 of B feeds 2 mma's: a k step of q k^T loads 5
+ * fragments for 8 mma's, one of p v 1 for 2, so shared-memory reads and ldmatrix issue,
+ * not the tensor cores, set the pace. At MR = 2 the same loads serve twice the rows (q
+ * k^T: 4 for 16 mma's with q in registers; p v: 1 for 4), and each copy of a walked tile
+ * from L2 serves 128 rows instead of 64; the price is twice the accumulators, so two
+ * blocks an SM (8 warps of 32 rows) instead of three (12 of 16). Kernel 2 at MR = 2 holds
+ * dk and dv for 32 keys (128 registers at DM = 64), so it walks each query tile in two
+ * column blocks of 32 (a 32 x 32 score tile: 32 registers), each ldmatrix.x4 of B still
+ * feeding 4 mma's. At DM = 128, MR = 2 spills in kernel 1 (104 bytes) and cannot fit
+ * kernel 2's accumulators, so both stay at MR = 1 there.
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -72,8 +92,9 @@
  * key, as on the CPU: it is never read, and stays finite for check_finite). Masked
  * entries get s = -inf and p = 0 exactly (never exp(-inf - -inf)). They still meet the
  * products as 0 * v: a non-finite v (or k) of a key masked from row t but inside a tile
- * row t visits makes row t NaN, where the CPU, which skips masked keys, stays finite (the
- * later rows that see that key are non-finite on both).
+ * row t visits (the mma kernels: whose products row t's warp does not skip) makes row t
+ * NaN, where the CPU, which skips masked keys, stays finite (the later rows that see that
+ * key are non-finite on both).
  *
  * Backward, two kernels, no atomics (every output element is summed by one thread, or
  * one tensor-core fragment chain, in a fixed order, so results repeat exactly):
@@ -94,20 +115,21 @@
  *            forward              kernel 1                 kernel 2
  *   f32      68 / 116: Q K V P    85 / 149: Q G K V P      102 / 166: K V Q G Pt Dt
  *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V)    55 / 103: K V 2x(Q G Ls Dl)
+ *   MR = 2   54 / 102             72 / -                   73 / -
  * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
  * __launch_bounds__ caps registers at 128 for it; at DM = 128 one block fits, registers
  * are not capped (ptxas -v, nvcc 13, forward / kernel 1 / kernel 2: 122 / 128 / 128 and
- * 166 / 168 / 230, no spills). bf16: the forward and kernel 1 are capped for three blocks
- * an SM at DM = 64 (168 registers: 149 and 168 used; 3 x 54 KB of shared memory fits the
- * 228 KB of an H100 / H200 SM) and two at DM = 128 (198 and 228); kernel 2 holds dk and
- * dv (2 DM / 8 accumulator tiles) and is capped for two (240 at DM = 64, 255 at
- * DM = 128, no spills; capping it at 168 for three blocks spilled 106 bytes before the
- * tiles were double-buffered). The f32 loads of g are made 4 float4 a thread at a time,
- * so they fit beside those accumulators. Query tiles stay 64 rows in the forward: 128
- * rows would halve the copies of each key tile from L2 (which the double buffering now
- * hides), but at the same 16 rows a warp they cost a block of 8 warps 149 registers a
- * thread, one block an SM (8 warps, against 12 now), and at 32 rows a warp they double
- * the accumulators (two blocks of 4 warps at best).
+ * 166 / 168 / 230, no spills). bf16 (an H100 / H200 SM: 64 K registers, 228 KB of shared
+ * memory), registers used (ptxas -v, nvcc 13, no spills), forward / kernel 1 / kernel 2:
+ *   MR = 1, DM = 64    150 / 168 / 234   three blocks an SM, two for kernel 2
+ *   MR = 1, DM = 128   223 / 228 / 255   two blocks an SM
+ *   MR = 2, DM = 64    249 / 255 / 250   two blocks an SM
+ *   MR = 2, DM = 128   255 / - / -       two blocks an SM
+ * At MR = 1 and DM = 64 the forward and kernel 1 are capped at 168 registers, for three
+ * blocks (3 x 54 KB of shared memory fits); every other variant is capped for two (255).
+ * Capping the MR = 2 forward and kernel 1 at 168 for three blocks spills 100 and 194
+ * bytes. The f32 loads of g are made 4 float4 a thread at a time, so they fit beside the
+ * accumulators.
  *
  * Barriers, f32: every loop iteration is  sync (the previous iteration's readers are
  * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. bf16: one a
@@ -120,13 +142,16 @@
  * the products of tile i, reading only buffer i % 2 and the block's own tiles; kernel 2
  * then stores tile i + 1's lse and delta, loaded before its products, into buffer
  * (i + 1) % 2. So a buffer is written only between the barrier after its last read and
- * the barrier before its next read. A block that walks no tile still waits for its
- * copies before it exits; nothing shared is read after the loop.
+ * the barrier before its next read. A warp that skips a tile's products still issues its
+ * share of the next copies and meets every barrier (the skip is after them, and inside
+ * an iteration). A block that walks no tile still waits for its copies before it exits;
+ * nothing shared is read after the loop.
  */
 #include "cuda.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
@@ -400,14 +425,14 @@ __device__ __forceinline__ void p_ds(const float *A, const float *B, const float
     }
 }
 
-/* The block's tile: heaviest first when causal (the last query tiles see the most keys),
-   so the long blocks start in the first wave. */
-__device__ __forceinline__ void query_tile(const att_dims &a, int64_t &bh, int &t0, int &nq,
-                                           int &nk) {
-  int ntq = (int)cdiv(a.T, TR);
+/* The block's tile of R query rows: heaviest first when causal (the last query tiles see
+   the most keys), so the long blocks start in the first wave. */
+__device__ __forceinline__ void query_tile(const att_dims &a, int R, int64_t &bh, int &t0,
+                                           int &nq, int &nk) {
+  int ntq = (int)cdiv(a.T, R);
   bh = (int64_t)blockIdx.x % a.BH;
-  t0 = (ntq - 1 - (int)((int64_t)blockIdx.x / a.BH)) * TR;
-  nq = min(TR, a.T - t0);
+  t0 = (ntq - 1 - (int)((int64_t)blockIdx.x / a.BH)) * R;
+  nq = min(R, a.T - t0);
   nk = a.causal ? min(a.S, t0 + nq) : a.S; /* keys [0, nk) are visible to some row */
 }
 
@@ -434,7 +459,7 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
-  query_tile(a, bh, t0, nq, nk);
+  query_tile(a, TR, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
   const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
   {
@@ -503,7 +528,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   const int tx = tx_(), ty = ty_();
   int64_t bh;
   int t0, nq, nk;
-  query_tile(a, bh, t0, nq, nk);
+  query_tile(a, TR, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
   const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
@@ -587,12 +612,13 @@ __global__ void __launch_bounds__(NT, MINB(DM))
 
 /* ---- the bf16 path: mma.sync m16n8k16 with the score tiles in registers ---- */
 
-#define MT 128 /* threads per block of the mma kernels: 4 warps of 16 rows each */
+#define MT 128 /* threads per block of the mma kernels: 4 warps of 16 MR rows each */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
-/* Blocks per SM the register allocation must allow (see the header): the forward and
-   kernel 1 fit 168 registers at DM = 64; kernel 2 holds dk and dv and gets 255. */
-#define MMB(DM) ((DM) == 64 ? 3 : 2)
+/* Blocks per SM the register allocation must allow (see the header): at 16 rows a warp
+   the forward and kernel 1 fit 168 registers at DM = 64 (three blocks), else two blocks
+   (255); kernel 2 holds dk and dv and gets 255. */
+#define MMB(DM, MR) ((DM) == 64 && (MR) == 1 ? 3 : 2)
 #define MMB_KV 2
 #define FC 4 /* float4 a thread loads per chunk of gfill */
 
@@ -646,6 +672,15 @@ __device__ __forceinline__ float hi2(unsigned u) {
 }
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
+/* 2^x on the SFU, a subnormal result flushed to 0 (exp2f keeps subnormals at the cost of
+   three more instructions an entry; a probability below 2^-126 is 0 beside the row's
+   largest, which is 1); 2^-inf = 0 exactly. */
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
    completing at the issuing thread's next cp_wait; the memory clobbers keep ordinary
    shared accesses on their side of it. */
@@ -659,19 +694,19 @@ __device__ __forceinline__ void cp16(void *dst, const void *src) {
 __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /* Rows [0, n) of a bf16 tile at src (row stride ld, D columns) into the shared tile dst
-   [64][DM + 8], zero past row n and past D, in 16-byte chunks (8 columns; thread i takes
+   [R][DM + 8], zero past row n and past D, in 16-byte chunks (8 columns; thread i takes
    chunks i, i + 128, ..., so a quarter-warp's 8 chunks are 128 consecutive bytes of one
    row). vec: every row starts 16-byte aligned and a chunk that starts before D may be
    read whole (D % 8 == 0, or zeros up to a multiple of 8 as in the copy of g): each chunk
    is one cp16, complete at the caller's cp_wait. Otherwise 2-byte loads, stored before
    returning (loop not unrolled: the callers' accumulators need the registers). */
-template <int DM>
+template <int DM, int R = TR>
 __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t ld, int D,
                                       bool vec) {
   constexpr int CR = DM / 8, LD = DM + 8; /* chunks per row, tile row stride */
   if (vec) {
 #pragma unroll
-    for (int k = 0; k < TR * CR / MT; k++) {
+    for (int k = 0; k < R * CR / MT; k++) {
       int i = (int)threadIdx.x + k * MT, r = i / CR, d = i % CR * 8;
       bf16 *s = dst + r * LD + d;
       if (r < n && d < D)
@@ -682,7 +717,7 @@ __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t
     return;
   }
 #pragma unroll 1
-  for (int i = (int)threadIdx.x; i < TR * CR; i += MT) {
+  for (int i = (int)threadIdx.x; i < R * CR; i += MT) {
     int r = i / CR, d = i % CR * 8;
     unsigned h[8];
 #pragma unroll
@@ -694,16 +729,16 @@ __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t
 }
 
 /* Rows [0, n) of f32 g (row stride ld) rounded to bf16 (nearest even) into the shared
-   tile dst [64][DM + 8], zero past row n and past D, and with cp also into rows [0, n) of
+   tile dst [R][DM + 8], zero past row n and past D, and with cp also into rows [0, n) of
    stride a.d8 at cp (columns [0, d8): zero past D). Synchronous, in chunks of FC float4 a
    thread (32 rows at DM = 64, 16 at DM = 128), so few loads are in flight beside the
-   callers' accumulators (up to 128 registers in kernel 2 at DM = 128). */
-template <int DM>
+   callers' accumulators (up to 128 registers in kernel 2). */
+template <int DM, int R = TR>
 __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_t ld,
                                       const att_dims &a, bf16 *cp) {
   constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
 #pragma unroll
-  for (int r0 = 0; r0 < TR; r0 += RC) {
+  for (int r0 = 0; r0 < R; r0 += RC) {
     float4 v[FC];
     fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
     stash<DM, LD, MT>(dst + r0 * LD, v);
@@ -716,11 +751,18 @@ __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_
   }
 }
 
-/* acc = A B^T for the warp's 16 rows of A (A points at the first) against the 64 rows of
-   B, over d in [0, dn): A and B bf16 tiles [64][DM + 8], zero past D. acc[n] holds
-   columns 8 n .. 8 n + 7. Each k step is one ldmatrix of A and four of B. */
-template <int DM>
-__device__ __forceinline__ void mma_nt(acc8 (&acc)[8], const bf16 *A, const bf16 *B, int dn) {
+template <int N> __device__ __forceinline__ void zero8(acc8 (&x)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.f;
+}
+
+/* acc = A B^T for the warp's 16 MR rows of A (A points at the first; acc[i] holds rows
+   16 i .. 16 i + 15) against the NC rows of B, over d in [0, dn): A and B bf16 tiles of
+   row stride DM + 8, zero past D. acc[i][n] holds columns 8 n .. 8 n + 7. Each k step
+   loads MR ldmatrix of A and NC / 16 of B, each B fragment feeding MR pairs of mma's. */
+template <int DM, int MR, int NC>
+__device__ __forceinline__ void mma_nt(acc8 (&acc)[MR][NC / 8], const bf16 *A, const bf16 *B,
+                                       int dn) {
   constexpr int LD = DM + 8;
   const int l = lane_();
   /* A: matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a[0..3];
@@ -729,28 +771,74 @@ __device__ __forceinline__ void mma_nt(acc8 (&acc)[8], const bf16 *A, const bf16
   unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
   unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
 #pragma unroll
-  for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  for (int i = 0; i < MR; i++) zero8(acc[i]);
 #pragma unroll
   for (int k = 0; k < DM; k += 16) {
     if (k >= dn) break; /* uniform: the rest of d is zero */
-    unsigned fa[4];
-    ldm4(fa, pa + 2 * k);
+    unsigned fa[MR][4];
 #pragma unroll
-    for (int n = 0; n < 8; n += 2) {
+    for (int i = 0; i < MR; i++) ldm4(fa[i], pa + 2 * (16 * i * LD + k));
+#pragma unroll
+    for (int n = 0; n < NC / 8; n += 2) {
       unsigned fb[4];
       ldm4(fb, pb + 2 * (n * 8 * LD + k));
-      mma16816(acc[n], fa, fb[0], fb[1]);
-      mma16816(acc[n + 1], fa, fb[2], fb[3]);
+#pragma unroll
+      for (int i = 0; i < MR; i++) {
+        mma16816(acc[i][n], fa[i], fb[0], fb[1]);
+        mma16816(acc[i][n + 1], fa[i], fb[2], fb[3]);
+      }
     }
   }
 }
 
-/* acc += P M: P the warp's 16 x 64 bf16 operand in registers (p[k] the A fragment of
-   inner rows 16 k .. 16 k + 15), M a bf16 tile [64][DM + 8] read transposed by ldmatrix
-   (its rows are the inner dimension); column tiles at or past dn are skipped (zero). */
-template <int DM>
-__device__ __forceinline__ void mma_pm(acc8 (&acc)[DM / 8], const unsigned (&p)[4][4],
-                                       const bf16 *M, int dn) {
+/* The A fragments of the warp's 16 MR rows at A (a tile of row stride DM + 8) for every
+   k step of 16 below dn, as mma_nt loads them: fa[i][k / 16]. */
+template <int DM, int MR>
+__device__ __forceinline__ void ld_a(unsigned (&fa)[MR][DM / 16][4], const bf16 *A, int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
+#pragma unroll
+  for (int k = 0; k < DM; k += 16) {
+    if (k >= dn) break;
+#pragma unroll
+    for (int i = 0; i < MR; i++) ldm4(fa[i][k / 16], pa + 2 * (16 * i * LD + k));
+  }
+}
+/* mma_nt with A's fragments already in registers (ld_a). */
+template <int DM, int MR, int NC>
+__device__ __forceinline__ void mma_ntr(acc8 (&acc)[MR][NC / 8],
+                                        const unsigned (&fa)[MR][DM / 16][4], const bf16 *B,
+                                        int dn) {
+  constexpr int LD = DM + 8;
+  const int l = lane_();
+  unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
+#pragma unroll
+  for (int i = 0; i < MR; i++) zero8(acc[i]);
+#pragma unroll
+  for (int k = 0; k < DM; k += 16) {
+    if (k >= dn) break;
+#pragma unroll
+    for (int n = 0; n < NC / 8; n += 2) {
+      unsigned fb[4];
+      ldm4(fb, pb + 2 * (n * 8 * LD + k));
+#pragma unroll
+      for (int i = 0; i < MR; i++) {
+        mma16816(acc[i][n], fa[i][k / 16], fb[0], fb[1]);
+        mma16816(acc[i][n + 1], fa[i][k / 16], fb[2], fb[3]);
+      }
+    }
+  }
+}
+
+/* acc += P M: P the warp's 16 MR x KC bf16 operand in registers (p[i][k] the A fragment
+   of rows 16 i .. 16 i + 15 and inner rows 16 k .. 16 k + 15), M a bf16 tile of KC rows
+   of stride DM + 8 read transposed by ldmatrix (its rows are the inner dimension); column
+   tiles at or past dn are skipped (zero). Each fragment of M feeds MR pairs of mma's. */
+template <int DM, int MR, int KC>
+__device__ __forceinline__ void mma_pm(acc8 (&acc)[MR][DM / 8],
+                                       const unsigned (&p)[MR][KC / 16][4], const bf16 *M,
+                                       int dn) {
   constexpr int LD = DM + 8;
   const int l = lane_();
   /* matrices (rows 0-7, columns 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) transposed =
@@ -760,20 +848,24 @@ __device__ __forceinline__ void mma_pm(acc8 (&acc)[DM / 8], const unsigned (&p)[
   for (int n = 0; n < DM / 8; n += 2) {
     if (8 * n >= dn) break;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < KC / 16; k++) {
       unsigned fb[4];
       ldm4t(fb, pm + 2 * (16 * k * LD + 8 * n));
-      mma16816(acc[n], p[k], fb[0], fb[1]);
-      mma16816(acc[n + 1], p[k], fb[2], fb[3]);
+#pragma unroll
+      for (int i = 0; i < MR; i++) {
+        mma16816(acc[i][n], p[i][k], fb[0], fb[1]);
+        mma16816(acc[i][n + 1], p[i][k], fb[2], fb[3]);
+      }
     }
   }
 }
 
-/* The accumulator tiles 2 k and 2 k + 1 of a 16 x 64 result are, rounded to bf16 and
+/* The accumulator tiles 2 k and 2 k + 1 of a 16 x NC result are, rounded to bf16 and
    paired, the A fragment of inner rows 16 k .. 16 k + 15 of the next product. */
-__device__ __forceinline__ void to_a(unsigned (&p)[4][4], const acc8 (&s)[8]) {
+template <int NC>
+__device__ __forceinline__ void to_a(unsigned (&p)[NC / 16][4], const acc8 (&s)[NC / 8]) {
 #pragma unroll
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < NC / 16; k++) {
     p[k][0] = pack2(s[2 * k][0], s[2 * k][1]);
     p[k][1] = pack2(s[2 * k][2], s[2 * k][3]);
     p[k][2] = pack2(s[2 * k + 1][0], s[2 * k + 1][1]);
@@ -781,7 +873,8 @@ __device__ __forceinline__ void to_a(unsigned (&p)[4][4], const acc8 (&s)[8]) {
   }
 }
 /* Entry e of accumulator tile n, as rounded into to_a's fragments. */
-__device__ __forceinline__ float from_a(const unsigned (&p)[4][4], int n, int e) {
+template <int K>
+__device__ __forceinline__ float from_a(const unsigned (&p)[K][4], int n, int e) {
   unsigned u = p[n >> 1][(n & 1) * 2 + (e >> 1)];
   return e & 1 ? hi2(u) : lo2(u);
 }
@@ -792,9 +885,25 @@ __device__ __forceinline__ float ds_of(float p, float dp, float dl, float scale)
   return p == 0.f ? 0.f : p * (dp - dl) * scale;
 }
 
-template <int N> __device__ __forceinline__ void zero8(acc8 (&x)[N]) {
+/* Sets to v the entries of the warp's 16 MR x 64 score tile (rows queries, columns the
+   keys [j0, j0 + kn) of a key tile) that are masked: column c = 8 n + 2 (lane % 4) +
+   (e & 1) from row tr + 16 i + 8 (e >> 1) (tr: the lane's first row, as a query index)
+   when c >= kn or, causal, j0 + c > the row. */
+template <int MR>
+__device__ __forceinline__ void mask_rows(acc8 (&s)[MR][8], float v, const att_dims &a,
+                                          int kn, int j0, int tr) {
+  const int c2 = (lane_() & 3) * 2;
 #pragma unroll
-  for (int n = 0; n < N; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.f;
+  for (int i = 0; i < MR; i++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int lim = a.causal ? min(kn, tr + 16 * i + 8 * h - j0 + 1) : kn; /* columns < lim */
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; e++)
+          if (8 * n + c2 + (e & 1) >= lim) s[i][n][e] = v;
+    }
 }
 
 /* Writes the lane's entries of a warp's 16 x DM result (rows r0 + g, r0 + g + 8 of the
@@ -836,19 +945,22 @@ __device__ __forceinline__ void mstore(void *dst, int64_t off, int n, int64_t ld
   }
 }
 
-/* Forward, one block of 4 warps per (bh, query tile), warp w owning query rows
-   16 w .. 16 w + 15. Shared: Qs, and Ks, Vs twice, [64][DM + 8] bf16: key tile j works
-   from buffer j % 2 while tile j + 1 lands in the other. Statistics in the base-2
-   domain: m = running max of s log2(e), p = 2^(s log2(e) - m). */
-template <int DM>
-__global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, const att_dims a) {
-  constexpr int LD = DM + 8, TS = TR * LD;
+/* Forward, one block of 4 warps per (bh, query tile of 64 MR rows), warp w owning query
+   rows 16 MR w .. 16 MR w + 16 MR - 1. Shared: Qs [64 MR][DM + 8], and Ks, Vs twice,
+   [64][DM + 8] bf16: key tile j works from buffer j % 2 while tile j + 1 lands in the
+   other. Statistics in the base-2 domain: m = running max of s log2(e), p =
+   2^(s log2(e) - m); each lane sums only its own columns of a row (its part is rescaled
+   with the row, m being the same in the 4 lanes of the quad), and the quad adds the parts
+   at the end. */
+template <int DM, int MR>
+__global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, const att_dims a) {
+  constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *KV = Qs + TS; /* buffer b: Ks at KV + 2 b TS, Vs after it */
-  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+  bf16 *Qs = (bf16 *)att_sm, *KV = Qs + MR * TS; /* buffer b: Ks at KV + 2 b TS, Vs after it */
+  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2;
   int64_t bh;
   int t0, nq, nk;
-  query_tile(a, bh, t0, nq, nk);
+  query_tile(a, MR * TR, bh, t0, nq, nk);
   int64_t koff = head_at(a, a.k, bh);
   const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
   auto kv_tile = [&](int j0, int b) { /* keys [j0, j0 + 64) of [0, nk) into buffer b */
@@ -857,91 +969,105 @@ __global__ void __launch_bounds__(MT, MMB(DM)) att_fwd_mma(const att_io io, cons
     bfill<DM>(Kd, Kb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
     bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
   };
-  bfill<DM>(Qs, (const bf16 *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr, a.D,
-            a.v8);
+  bfill<DM, MR * TR>(Qs, (const bf16 *)io.q + head_at(a, a.q, bh) + t0 * a.q.sr, nq, a.q.sr,
+                     a.D, a.v8);
   if (nk > 0) kv_tile(0, 0);
-  const float sl = a.scale * LOG2E;
-  const int t = t0 + 16 * w + g; /* the lane's rows: t and t + 8 */
-  float m[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
-  acc8 o[DM / 8];
-  zero8(o);
+  const float sl = a.scale * LOG2E; /* > 0 */
+  const int tw = t0 + WR * w; /* the warp's first row; the lane's are tw + 16 i + g + 8 h */
+  float m[MR][2], ls[MR][2];
+  acc8 o[MR][DM / 8];
+  /* HQ: the warp's rows of Qs stay in registers as A fragments (MR DM / 4 of them; at
+     MR DM = 256 they spill) */
+  constexpr bool HQ = MR * DM <= 128;
+  unsigned fq[MR][DM / 16][4];
+#pragma unroll
+  for (int i = 0; i < MR; i++) {
+    m[i][0] = m[i][1] = -INFINITY, ls[i][0] = ls[i][1] = 0.f;
+    zero8(o[i]);
+  }
   for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) { /* online softmax over key tiles */
     int kn = min(TR, nk - j0);
     cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
     __syncthreads(); /* tile j0 is whole in buffer b; every warp is done with buffer b ^ 1 */
     if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1); /* lands while this tile is worked on */
+    /* uniform over the warp: its rows are past T, or (causal) all before key j0 */
+    if (WR * w >= nq || (a.causal && j0 > tw + WR - 1)) continue;
     const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
-    acc8 s[8];
-    mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
-    bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0); /* no entry masked */
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int c = 8 * n + c2 + (e & 1), h = e >> 1;
-        bool vis = full || (c < kn && (!a.causal || j0 + c <= t + 8 * h));
-        s[n][e] = vis ? s[n][e] * sl : -INFINITY;
-        mx[h] = fmaxf(mx[h], s[n][e]);
-      }
-    float al[2], mu[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) { /* a row lives in the 4 lanes of a quad */
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));
-      float mn = fmaxf(m[h], mx[h]);
-      mu[h] = mn == -INFINITY ? 0.f : mn; /* nothing visible yet: every p is 0 */
-      al[h] = exp2f(m[h] - mu[h]);        /* 0 while m[h] = -inf */
-      m[h] = mn;
+    acc8 s[MR][8];
+    if constexpr (HQ) {
+      if (j0 == 0) ld_a<DM, MR>(fq, Qs + WR * w * LD, a.dn); /* Qs is whole from here on */
+      mma_ntr<DM, MR, TR>(s, fq, Ks, a.dn);
+    } else {
+      mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
     }
-    float ps[2] = {0.f, 0.f};
+    if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, -INFINITY, a, kn, j0, tw + g);
+    unsigned p[MR][4][4];
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int i = 0; i < MR; i++) {
+      float al[2], mu[2];
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        s[n][e] = exp2f(s[n][e] - mu[e >> 1]); /* masked: 2^-inf = 0 exactly */
-        ps[e >> 1] += s[n][e];
+      for (int h = 0; h < 2; h++) { /* a row lives in the 4 lanes of a quad */
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[i][n][2 * h], s[i][n][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 2));
+        float mn = fmaxf(m[i][h], mx * sl); /* sl > 0: the largest of the s sl */
+        mu[h] = mn == -INFINITY ? 0.f : mn; /* nothing visible yet: every p is 0 */
+        al[h] = ex2(m[i][h] - mu[h]);       /* 0 while m = -inf */
+        m[i][h] = mn;
       }
+      float ps[2] = {0.f, 0.f};
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      ps[h] += __shfl_xor_sync(FULL, ps[h], 1);
-      ps[h] += __shfl_xor_sync(FULL, ps[h], 2);
-      ls[h] = ls[h] * al[h] + ps[h];
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          s[i][n][e] = ex2(fmaf(s[i][n][e], sl, -mu[e >> 1])); /* masked: 2^-inf = 0 */
+          ps[e >> 1] += s[i][n][e];
+        }
+      ls[i][0] = ls[i][0] * al[0] + ps[0];
+      ls[i][1] = ls[i][1] * al[1] + ps[1];
+#pragma unroll
+      for (int n = 0; n < DM / 8; n++)
+        o[i][n][0] *= al[0], o[i][n][1] *= al[0], o[i][n][2] *= al[1], o[i][n][3] *= al[1];
+      to_a<TR>(p[i], s[i]);
     }
-#pragma unroll
-    for (int n = 0; n < DM / 8; n++)
-      o[n][0] *= al[0], o[n][1] *= al[0], o[n][2] *= al[1], o[n][3] *= al[1];
-    unsigned p[4][4];
-    to_a(p, s);
-    mma_pm<DM>(o, p, Vs, a.dn);
+    mma_pm<DM, MR, TR>(o, p, Vs, a.dn);
   }
   cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
-  float inv[2];
   int64_t row = bh * a.T + t0;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    inv[h] = inv_or_zero(ls[h]);
-    int r = 16 * w + g + 8 * h;
-    if ((l & 3) == 0 && r < nq) io.lse[row + r] = ls[h] == 0.f ? 0.f : (m[h] + log2f(ls[h])) * LN2;
+  for (int i = 0; i < MR; i++) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float L = ls[i][h]; /* the quad's parts, added in a fixed order */
+      L += __shfl_xor_sync(FULL, L, 1);
+      L += __shfl_xor_sync(FULL, L, 2);
+      inv[h] = inv_or_zero(L);
+      int r = WR * w + 16 * i + g + 8 * h;
+      if ((l & 3) == 0 && r < nq) io.lse[row + r] = L == 0.f ? 0.f : (m[i][h] + log2f(L)) * LN2;
+    }
+    mstore<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o[i],
+               WR * w + 16 * i, inv);
   }
-  mstore<DM>(io.out, head_at(a, a.o, bh) + t0 * a.o.sr, nq, a.o.sr, a, o, 16 * w, inv);
 }
 
-/* Backward kernel 1, per query tile, warp w owning query rows 16 w .. 16 w + 15: delta of
-   its rows (to scratch), g rounded to bf16 (to gc, when not NULL: rows of d8 in the
-   order of lse's, for kernel 2), then dq. Shared: Qs, Gs, and Ks, Vs twice (as in the
-   forward), [64][DM + 8] bf16. */
-template <int DM>
-__global__ void __launch_bounds__(MT, MMB(DM))
+/* Backward kernel 1, per query tile of 64 MR rows, warp w owning query rows
+   16 MR w .. 16 MR w + 16 MR - 1: delta of its rows (to scratch), g rounded to bf16 (to
+   gc, when not NULL: rows of d8 in the order of lse's, for kernel 2), then dq. Shared:
+   Qs, Gs [64 MR][DM + 8], and Ks, Vs twice (as in the forward), [64][DM + 8] bf16. */
+template <int DM, int MR>
+__global__ void __launch_bounds__(MT, MMB(DM, MR))
     att_bwd_q_mma(const att_io io, float *__restrict__ delta, bf16 *__restrict__ gc,
                   const att_dims a) {
-  constexpr int LD = DM + 8, TS = TR * LD;
+  constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + TS, *KV = Gs + TS; /* buffer b: KV + 2 b TS */
-  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
+  bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + MR * TS, *KV = Gs + MR * TS; /* buffer b: + 2 b TS */
+  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2;
   int64_t bh;
   int t0, nq, nk;
-  query_tile(a, bh, t0, nq, nk);
+  query_tile(a, MR * TR, bh, t0, nq, nk);
   int64_t qoff = head_at(a, a.q, bh) + t0 * a.q.sr, koff = head_at(a, a.k, bh);
   int64_t goff = head_at(a, a.o, bh) + t0 * a.o.sr, row = bh * a.T + t0;
   const bf16 *Kb = (const bf16 *)io.k + koff, *Vb = (const bf16 *)io.v + koff;
@@ -952,14 +1078,14 @@ __global__ void __launch_bounds__(MT, MMB(DM))
     bfill<DM>(Kd + TS, Vb + j0 * a.k.sr, kn, a.k.sr, a.D, a.v8);
   };
   if (io.dq) { /* in flight during the delta pass */
-    bfill<DM>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
+    bfill<DM, MR * TR>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
     if (nk > 0) kv_tile(0, 0);
   }
-  gfill<DM>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr);
+  gfill<DM, MR * TR>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr);
   /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
-  float dl[2] = {0.f, 0.f}, lg[2];
-  for (int i = 0; i < 16; i++) {
-    int r = 16 * w + i;
+  float dl[MR][2] = {}, lg[MR][2];
+  for (int i = 0; i < WR; i++) {
+    int r = WR * w + i;
     float part = 0.f;
     if (r < nq) {
       const float *gr = io.g + goff + r * a.o.sr;
@@ -968,78 +1094,91 @@ __global__ void __launch_bounds__(MT, MMB(DM))
     }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) part += __shfl_xor_sync(FULL, part, o);
-    if (i == g) dl[0] = part;
-    if (i == g + 8) dl[1] = part;
+#pragma unroll
+    for (int j = 0; j < MR; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (i == 16 * j + g + 8 * h) dl[j][h] = part;
     if (l == 0 && r < nq) delta[row + r] = part;
   }
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    int r = 16 * w + g + 8 * h;
-    lg[h] = r < nq ? io.lse[row + r] * LOG2E : 0.f;
-  }
+  for (int j = 0; j < MR; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int r = WR * w + 16 * j + g + 8 * h;
+      lg[j][h] = r < nq ? io.lse[row + r] * LOG2E : 0.f;
+    }
   if (!io.dq) return; /* uniform over the block */
   const float sl = a.scale * LOG2E;
-  const int t = t0 + 16 * w + g;
-  acc8 dq[DM / 8];
-  zero8(dq);
+  const int tw = t0 + WR * w; /* the warp's first row; the lane's are tw + 16 i + g + 8 h */
+  acc8 dq[MR][DM / 8];
+#pragma unroll
+  for (int i = 0; i < MR; i++) zero8(dq[i]);
   for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) {
     int kn = min(TR, nk - j0);
     cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
     __syncthreads(); /* tile j0 whole in buffer b (Qs, Gs too); buffer b ^ 1 is free */
     if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1);
+    /* uniform over the warp: its rows are past T, or (causal) all before key j0 */
+    if (WR * w >= nq || (a.causal && j0 > tw + WR - 1)) continue;
     const bf16 *Ks = KV + 2 * b * TS, *Vs = Ks + TS;
-    bool full = kn == TR && (!a.causal || j0 + TR - 1 <= t0);
-    auto vis = [&](int n, int e) {
-      int c = 8 * n + c2 + (e & 1);
-      return full || (c < kn && (!a.causal || j0 + c <= t + 8 * (e >> 1)));
-    };
-    acc8 s[8];
-    unsigned p[4][4], ds[4][4];
-    mma_nt<DM>(s, Qs + 16 * w * LD, Ks, a.dn);
+    acc8 s[MR][8];
+    unsigned p[MR][4][4], ds[MR][4][4];
+    mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int i = 0; i < MR; i++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - lg[e >> 1]) : 0.f;
-    to_a(p, s);
-    mma_nt<DM>(s, Gs + 16 * w * LD, Vs, a.dn); /* dp */
+      for (int n = 0; n < 8; n++)
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++) s[i][n][e] = ex2(fmaf(s[i][n][e], sl, -lg[i][e >> 1]));
+    if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, 0.f, a, kn, j0, tw + g);
 #pragma unroll
-      for (int e = 0; e < 4; e++)
-        s[n][e] = ds_of(from_a(p, n, e), s[n][e], dl[e >> 1], a.scale);
-    to_a(ds, s);
-    mma_pm<DM>(dq, ds, Ks, a.dn);
+    for (int i = 0; i < MR; i++) to_a<TR>(p[i], s[i]);
+    mma_nt<DM, MR, TR>(s, Gs + WR * w * LD, Vs, a.dn); /* dp */
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          s[i][n][e] = ds_of(from_a(p[i], n, e), s[i][n][e], dl[i][e >> 1], a.scale);
+      to_a<TR>(ds[i], s[i]);
+    }
+    mma_pm<DM, MR, TR>(dq, ds, Ks, a.dn);
   }
   cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   const float one[2] = {1.f, 1.f};
-  mstore<DM>(io.dq, qoff, nq, a.q.sr, a, dq, 16 * w, one);
+#pragma unroll
+  for (int i = 0; i < MR; i++) mstore<DM>(io.dq, qoff, nq, a.q.sr, a, dq[i], WR * w + 16 * i, one);
 }
 
-/* Backward kernel 2, per key tile (in key order, heaviest first when causal), warp w
-   owning key rows 16 w .. 16 w + 15: over the query tiles that see its keys, in order of
-   t, the transposed tiles p^T and ds^T (rows keys, columns queries) in registers, which
-   are the A operands of dv += p^T g and dk += ds^T q. Shared: Ks, Vs, and twice Qs, Gs
-   [64][DM + 8] bf16 and Ls, Dl [64] f32 (the query tile's lse log2(e) and delta): query
-   tile i works from buffer i % 2 while tile i + 1 fills the other. G tiles come from
-   kernel 1's bf16 copy gc by cp.async, or when gc is NULL from f32 g, rounded here. */
-template <int DM>
+/* Backward kernel 2, per key tile of 64 MR rows (in key order, heaviest first when
+   causal), warp w owning key rows 16 MR w .. 16 MR w + 16 MR - 1: over the query tiles
+   that see its keys, in order of t, and within a tile over its MR column blocks of
+   QC = 64 / MR queries, the transposed tiles p^T and ds^T (rows keys, columns queries,
+   16 MR x QC) in registers, which are the A operands of dv += p^T g and dk += ds^T q.
+   Shared: Ks, Vs [64 MR][DM + 8], and twice Qs, Gs [64][DM + 8] bf16 and Ls, Dl [64] f32
+   (the query tile's lse log2(e) and delta): query tile i works from buffer i % 2 while
+   tile i + 1 fills the other. G tiles come from kernel 1's bf16 copy gc by cp.async, or
+   when gc is NULL from f32 g, rounded here. */
+template <int DM, int MR>
 __global__ void __launch_bounds__(MT, MMB_KV)
     att_bwd_kv_mma(const att_io io, const float *__restrict__ delta,
                    const bf16 *__restrict__ gc, const att_dims a) {
-  constexpr int LD = DM + 8, TS = TR * LD;
+  constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR, QC = TR / MR;
   extern __shared__ __align__(128) unsigned char att_sm[];
-  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + TS, *QG = Vs + TS; /* buffer b: QG + 2 b TS */
-  float *Ls = (float *)(QG + 4 * TS), *Dl = Ls + 2 * TR;   /* buffer b: + b TR */
+  bf16 *Ks = (bf16 *)att_sm, *Vs = Ks + MR * TS, *QG = Vs + MR * TS; /* buffer b: + 2 b TS */
+  float *Ls = (float *)(QG + 4 * TS), *Dl = Ls + 2 * TR;           /* buffer b: + b TR */
   const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2, c2 = (l & 3) * 2;
   int64_t bh = (int64_t)blockIdx.x % a.BH;
-  int s0 = (int)((int64_t)blockIdx.x / a.BH) * TR, kn = min(TR, a.S - s0);
+  int s0 = (int)((int64_t)blockIdx.x / a.BH) * MR * TR, kn = min(MR * TR, a.S - s0);
   int64_t koff = head_at(a, a.k, bh) + s0 * a.k.sr;
   const bf16 *Qb = (const bf16 *)io.q + head_at(a, a.q, bh);
   const float *Gb = io.g + head_at(a, a.o, bh);
   const bf16 *Cb = gc ? gc + bh * a.T * a.d8 : nullptr;
   const int64_t cs = TR * a.d8; /* the copy's step from one query tile to the next */
   const float *lb = io.lse + bh * a.T, *db = delta + bh * a.T;
-  const int tf = a.causal ? s0 / TR * TR : 0; /* the first query tile that sees a key */
+  const int tf = a.causal ? s0 : 0; /* the first query tile that sees a key (s0 % 64 == 0) */
   auto qg_tile = [&](int t0, int b) { /* queries [t0, t0 + 64) of [0, T) into buffer b */
     int tn = min(TR, a.T - t0);
     bf16 *Qd = QG + 2 * b * TS;
@@ -1049,8 +1188,8 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     else
       gfill<DM>(Qd + TS, Gb + t0 * a.o.sr, tn, a.o.sr, a, nullptr);
   };
-  bfill<DM>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
-  bfill<DM>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
+  bfill<DM, MR * TR>(Ks, (const bf16 *)io.k + koff, kn, a.k.sr, a.D, a.v8);
+  bfill<DM, MR * TR>(Vs, (const bf16 *)io.v + koff, kn, a.k.sr, a.D, a.v8);
   if (tf < a.T) {
     qg_tile(tf, 0);
     int r = (int)threadIdx.x;
@@ -1060,10 +1199,13 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     }
   }
   const float sl = a.scale * LOG2E;
-  const int c = 16 * w + g; /* the lane's key rows: c and c + 8 of the tile */
-  acc8 dk[DM / 8], dv[DM / 8];
-  zero8(dk);
-  zero8(dv);
+  const int kw = WR * w; /* the warp's first key row of the tile; the lane's: kw + 16 i + g + 8 h */
+  acc8 dk[MR][DM / 8], dv[MR][DM / 8];
+#pragma unroll
+  for (int i = 0; i < MR; i++) {
+    zero8(dk[i]);
+    zero8(dv[i]);
+  }
   for (int t0 = tf, b = 0; t0 < a.T; t0 += TR, b ^= 1) {
     int tn = min(TR, a.T - t0);
     cp_wait();       /* this thread's copies of tile t0 (and of Ks, Vs) have landed */
@@ -1077,32 +1219,59 @@ __global__ void __launch_bounds__(MT, MMB_KV)
     }
     const bf16 *Qs = QG + 2 * b * TS, *Gs = Qs + TS;
     const float *Lt = Ls + b * TR, *Dt = Dl + b * TR;
-    bool full = kn == TR && tn == TR && (!a.causal || t0 >= s0 + TR - 1);
-    auto vis = [&](int n, int e) {
-      int r = 8 * n + c2 + (e & 1), ck = c + 8 * (e >> 1);
-      return full || (ck < kn && r < tn && (!a.causal || t0 + r >= s0 + ck));
-    };
-    acc8 s[8];
-    unsigned p[4][4], ds[4][4];
-    mma_nt<DM>(s, Ks + 16 * w * LD, Qs, a.dn); /* s^T */
+#pragma unroll 1
+    for (int q0 = 0; q0 < TR; q0 += QC) { /* queries [q0, q0 + QC) of the tile */
+      /* uniform over the warp: no query or no key left, or (causal) every query of the
+         block before every key of the warp */
+      if (q0 >= tn || kw >= kn) break;
+      if (a.causal && t0 + q0 + QC - 1 < s0 + kw) continue;
+      const bool full = kw + WR <= kn && q0 + QC <= tn && (!a.causal || t0 + q0 >= s0 + kw + WR - 1);
+      acc8 s[MR][QC / 8];
+      unsigned p[MR][QC / 16][4], ds[MR][QC / 16][4];
+      mma_nt<DM, MR, QC>(s, Ks + kw * LD, Qs + q0 * LD, a.dn); /* s^T */
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+      for (int n = 0; n < QC / 8; n++) { /* the lane's 2 columns of tile n: 8-byte aligned */
+        float2 lv = *(const float2 *)(Lt + q0 + 8 * n + c2);
 #pragma unroll
-      for (int e = 0; e < 4; e++)
-        s[n][e] = vis(n, e) ? exp2f(s[n][e] * sl - Lt[8 * n + c2 + (e & 1)]) : 0.f;
-    to_a(p, s);
-    if (io.dv) mma_pm<DM>(dv, p, Gs, a.dn);
-    if (io.dk) {
-      mma_nt<DM>(s, Vs + 16 * w * LD, Gs, a.dn); /* dp^T */
+        for (int i = 0; i < MR; i++)
 #pragma unroll
-      for (int n = 0; n < 8; n++)
+          for (int e = 0; e < 4; e++)
+            s[i][n][e] = ex2(fmaf(s[i][n][e], sl, -(e & 1 ? lv.y : lv.x)));
+      }
+      if (!full) { /* query q0 + r is seen by key kw + ck when r in [lo, hi) */
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float d = Dt[8 * n + c2 + (e & 1)];
-          s[n][e] = ds_of(from_a(p, n, e), s[n][e], d, a.scale);
+        for (int i = 0; i < MR; i++)
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            int ck = kw + 16 * i + g + 8 * h;
+            int lo = a.causal ? s0 + ck - t0 - q0 : -1, hi = ck < kn ? tn - q0 : 0;
+#pragma unroll
+            for (int n = 0; n < QC / 8; n++)
+#pragma unroll
+              for (int e = 2 * h; e < 2 * h + 2; e++) {
+                int r = 8 * n + c2 + (e & 1);
+                if (r < lo || r >= hi) s[i][n][e] = 0.f;
+              }
+          }
+      }
+#pragma unroll
+      for (int i = 0; i < MR; i++) to_a<QC>(p[i], s[i]);
+      if (io.dv) mma_pm<DM, MR, QC>(dv, p, Gs + q0 * LD, a.dn);
+      if (io.dk) {
+        mma_nt<DM, MR, QC>(s, Vs + kw * LD, Gs + q0 * LD, a.dn); /* dp^T */
+#pragma unroll
+        for (int n = 0; n < QC / 8; n++) {
+          float2 dv2 = *(const float2 *)(Dt + q0 + 8 * n + c2);
+#pragma unroll
+          for (int i = 0; i < MR; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+              s[i][n][e] = ds_of(from_a(p[i], n, e), s[i][n][e], e & 1 ? dv2.y : dv2.x, a.scale);
         }
-      to_a(ds, s);
-      mma_pm<DM>(dk, ds, Qs, a.dn);
+#pragma unroll
+        for (int i = 0; i < MR; i++) to_a<QC>(ds[i], s[i]);
+        mma_pm<DM, MR, QC>(dk, ds, Qs + q0 * LD, a.dn);
+      }
     }
     if (next && threadIdx.x < TR) { /* buffer b ^ 1 is read only after the next barrier */
       Ls[(b ^ 1) * TR + threadIdx.x] = nl;
@@ -1111,8 +1280,11 @@ __global__ void __launch_bounds__(MT, MMB_KV)
   }
   cp_wait(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
   const float one[2] = {1.f, 1.f};
-  if (io.dk) mstore<DM>(io.dk, koff, kn, a.k.sr, a, dk, 16 * w, one);
-  if (io.dv) mstore<DM>(io.dv, koff, kn, a.k.sr, a, dv, 16 * w, one);
+#pragma unroll
+  for (int i = 0; i < MR; i++) {
+    if (io.dk) mstore<DM>(io.dk, koff, kn, a.k.sr, a, dk[i], kw + 16 * i, one);
+    if (io.dv) mstore<DM>(io.dv, koff, kn, a.k.sr, a, dv[i], kw + 16 * i, one);
+  }
 }
 
 /* Dynamic shared memory of the f32 kernels: tiles [64][DM + 4] and P tiles [64][68]. */
@@ -1178,7 +1350,9 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
   a.BH = x->dims[0] * a.H;
   a.dn = (a.D + 15) & ~15;
   a.d8 = (a.D + 7) & ~7;
-  a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
+  /* D = 0: every score is 0 whatever the scale; 1 keeps it positive, as the mma kernels'
+     masks need (a masked score of -inf stays -inf when scaled) */
+  a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 1.f;
   a.causal = k->node->i[0] != 0;
   struct { const void *p; size_t es; const att_lay *l; } t[9] = {
       {io->q, ie, &a.q},    {io->k, ie, &a.k},   {io->v, ie, &a.k},
@@ -1285,11 +1459,48 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
   return sizeof(bf16) * (size_t)(tiles * TR * (DM + 8)) + sizeof(float) * (size_t)floats;
 }
 
+/* Rows per warp (MR) of the mma kernels: k[0] the forward, k[1] backward kernel 1, k[2]
+   kernel 2 (2 only at DM = 64). TEMPORARY, to time the variants on one build: the
+   environment variable RG_ATT_MR, one digit (1 or 2) for all three or three digits, read
+   once; unset, 2 2 2. */
+struct att_mr { int k[3]; };
+att_mr att_mr_of(void) {
+  static const att_mr m = [] {
+    att_mr r = {{2, 2, 2}};
+    const char *e = getenv("RG_ATT_MR");
+    size_t n = e ? strlen(e) : 0;
+    if (n == 1 || n == 3)
+      for (int i = 0; i < 3; i++) {
+        char c = e[n == 1 ? 0 : i];
+        if (c == '1' || c == '2') r.k[i] = c - '0';
+      }
+    return r;
+  }();
+  return m;
+}
+
+/* The mma kernels at MR rows a warp: tiles of 64 MR rows (queries in the forward and
+   kernel 1, keys in kernel 2) against walked tiles of 64. */
+template <int DM, int MR> rg_status fwd_mma(rg_kargs *k, const att_dims &a, const att_io &io) {
+  return launch_att(k, a, att_fwd_mma<DM, MR>, a.BH * cdiv(a.T, MR * TR), MT,
+                    msmem_bytes<DM>(MR + 4, 0), io, a);
+}
+template <int DM, int MR>
+rg_status bwd_q_mma(rg_kargs *k, const att_dims &a, const att_io &io, float *delta, bf16 *gc) {
+  return launch_att(k, a, att_bwd_q_mma<DM, MR>, a.BH * cdiv(a.T, MR * TR), MT,
+                    msmem_bytes<DM>(2 * MR + 4, 0), io, delta, gc, a);
+}
+template <int DM, int MR>
+rg_status bwd_kv_mma(rg_kargs *k, const att_dims &a, const att_io &io, const float *delta,
+                     const bf16 *gc) {
+  return launch_att(k, a, att_bwd_kv_mma<DM, MR>, a.BH * cdiv(a.S, MR * TR), MT,
+                    msmem_bytes<DM>(2 * MR + 4, 4 * TR), io, delta, gc, a);
+}
+
 /* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
 template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
-  int64_t blocks = a.BH * cdiv(a.T, TR);
-  if (a.ibf) return launch_att(k, a, att_fwd_mma<DM>, blocks, MT, msmem_bytes<DM>(5, 0), io, a);
-  return launch_att(k, a, att_fwd_k<DM>, blocks, NT, smem_bytes<DM>(3, 1), io, a);
+  if (a.ibf) return att_mr_of().k[0] == 2 ? fwd_mma<DM, 2>(k, a, io) : fwd_mma<DM, 1>(k, a, io);
+  return launch_att(k, a, att_fwd_k<DM>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1), io, a);
 }
 
 /* T > 0 and S >= 0; delta: BH * T floats; gc: NULL, or BH * T * d8 bf16 (the mma
@@ -1301,11 +1512,17 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
   const float *cd = delta;
   rg_status st;
   if (a.ibf) {
-    const bf16 *cg = gc;
-    st = launch_att(k, a, att_bwd_q_mma<DM>, qb, MT, msmem_bytes<DM>(6, 0), io, delta, gc, a);
+    att_mr mr = att_mr_of();
+    if constexpr (DM == 64) /* at DM = 128, MR = 2 spills (dq), or cannot fit (dk, dv) */
+      st = mr.k[1] == 2 ? bwd_q_mma<DM, 2>(k, a, io, delta, gc)
+                        : bwd_q_mma<DM, 1>(k, a, io, delta, gc);
+    else
+      st = bwd_q_mma<DM, 1>(k, a, io, delta, gc);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    return launch_att(k, a, att_bwd_kv_mma<DM>, kb, MT, msmem_bytes<DM>(6, 4 * TR), io, cd, cg,
-                      a);
+    if constexpr (DM == 64)
+      return mr.k[2] == 2 ? bwd_kv_mma<DM, 2>(k, a, io, cd, gc) : bwd_kv_mma<DM, 1>(k, a, io, cd, gc);
+    else
+      return bwd_kv_mma<DM, 1>(k, a, io, cd, gc);
   }
   st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
