@@ -83,7 +83,12 @@
  * dk and dv for 32 keys (128 registers at DM = 64), so it walks each query tile in two
  * column blocks of 32 (a 32 x 32 score tile: 32 registers), each ldmatrix.x4 of B still
  * feeding 4 mma's. At DM = 128, MR = 2 spills in kernel 1 (104 bytes) and cannot fit
- * kernel 2's accumulators, so both stay at MR = 1 there.
+ * kernel 2's accumulators. Measured on an H200 at GPT-2 124M's shape (B 8, H 12, T 1024,
+ * D 64, causal, bf16; bench/attention --qkv --bf16): forward 0.126 ms at MR = 1, 0.117
+ * at MR = 2; backward 0.448 ms with both kernels at MR = 1, 0.450-0.475 with either or
+ * both at MR = 2 (the occupancy lost eats the loads saved). So the forward runs MR = 2
+ * and the backward MR = 1. The backward's MR = 2 forms passed test_cuda on the H200
+ * when forced; they stay as templates, not instantiated, for tuning on other GPUs.
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -151,7 +156,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 namespace { /* file-private: kernels and helpers (the launchers follow) */
@@ -1459,26 +1463,6 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
   return sizeof(bf16) * (size_t)(tiles * TR * (DM + 8)) + sizeof(float) * (size_t)floats;
 }
 
-/* Rows per warp (MR) of the mma kernels: k[0] the forward, k[1] backward kernel 1, k[2]
-   kernel 2 (2 only at DM = 64). TEMPORARY, to time the variants on one build: the
-   environment variable RG_ATT_MR, one digit (1 or 2) for all three or three digits, read
-   once; unset, 2 2 2. */
-struct att_mr { int k[3]; };
-att_mr att_mr_of(void) {
-  static const att_mr m = [] {
-    att_mr r = {{2, 2, 2}};
-    const char *e = getenv("RG_ATT_MR");
-    size_t n = e ? strlen(e) : 0;
-    if (n == 1 || n == 3)
-      for (int i = 0; i < 3; i++) {
-        char c = e[n == 1 ? 0 : i];
-        if (c == '1' || c == '2') r.k[i] = c - '0';
-      }
-    return r;
-  }();
-  return m;
-}
-
 /* The mma kernels at MR rows a warp: tiles of 64 MR rows (queries in the forward and
    kernel 1, keys in kernel 2) against walked tiles of 64. */
 template <int DM, int MR> rg_status fwd_mma(rg_kargs *k, const att_dims &a, const att_io &io) {
@@ -1499,7 +1483,7 @@ rg_status bwd_kv_mma(rg_kargs *k, const att_dims &a, const att_io &io, const flo
 
 /* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
 template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
-  if (a.ibf) return att_mr_of().k[0] == 2 ? fwd_mma<DM, 2>(k, a, io) : fwd_mma<DM, 1>(k, a, io);
+  if (a.ibf) return fwd_mma<DM, 2>(k, a, io); /* MR = 2: 0.117 against 0.126 ms (header) */
   return launch_att(k, a, att_fwd_k<DM>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1), io, a);
 }
 
@@ -1511,18 +1495,10 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
   rg_status st;
-  if (a.ibf) {
-    att_mr mr = att_mr_of();
-    if constexpr (DM == 64) /* at DM = 128, MR = 2 spills (dq), or cannot fit (dk, dv) */
-      st = mr.k[1] == 2 ? bwd_q_mma<DM, 2>(k, a, io, delta, gc)
-                        : bwd_q_mma<DM, 1>(k, a, io, delta, gc);
-    else
-      st = bwd_q_mma<DM, 1>(k, a, io, delta, gc);
+  if (a.ibf) { /* MR = 1: MR = 2 measured no faster here (header) */
+    st = bwd_q_mma<DM, 1>(k, a, io, delta, gc);
     if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-    if constexpr (DM == 64)
-      return mr.k[2] == 2 ? bwd_kv_mma<DM, 2>(k, a, io, cd, gc) : bwd_kv_mma<DM, 1>(k, a, io, cd, gc);
-    else
-      return bwd_kv_mma<DM, 1>(k, a, io, cd, gc);
+    return bwd_kv_mma<DM, 1>(k, a, io, cd, gc);
   }
   st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
