@@ -67,6 +67,8 @@
  *            i[2] = counter base. Element e is kept iff rg_philox_uniform(seed, step,
  *            base + e) >= p; kept values scaled 1/(1-p).
  *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
+ *            out may be a parameter's persistent BF16 shadow, written in place (the cast
+ *            autocast records when the shadow is stale, optim.c).
  * Backward ops (recorded only by rg_backward):
  * Gradients are F32 (the forward tensors a backward op reads keep their dtype), but for
  * the outputs marked "or BF16" below: the gradient of a BF16 product's result, which
@@ -106,9 +108,11 @@
  *  CLIP      aux = rg_list of gradients, in[0] = state F32[2]; f[0] = max_norm.
  *            state[0] = norm; state[1] = 1 if non-finite (then gradients untouched) else
  *            0 and gradients scaled by min(1, max_norm/(norm+1e-6)).
- *  ADAMW     aux = rg_optim; in[0] = clip state or 0; i[0] = 1: then zero the gradients
- *            (rg_zero_grad right after the step folds its ZERO_LIST in), also when the
- *            update is skipped for a non-finite norm, not after a failure. SGD likewise.
+ *  ADAMW     aux = rg_optim (its params, grads, moments and BF16 shadows: the step rounds
+ *            each updated parameter into its shadow); in[0] = clip state or 0; i[0] = 1:
+ *            then zero the gradients (rg_zero_grad right after the step folds its
+ *            ZERO_LIST in), also when the update is skipped for a non-finite norm, not
+ *            after a failure. SGD likewise.
  *  ALLREDUCE aux = rg_list of parameter gradients (F32), replaced by their average over
  *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
  *            i[1] = its bytes. Recorded by rg_backward only when there is more than one
