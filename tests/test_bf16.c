@@ -29,6 +29,7 @@
 #include "resgrad_nn.h"
 
 #include <math.h>
+#include <unistd.h>
 
 /* The GPT's bf16 loss stays within this fraction of its f32 loss at every one of STEPS
    steps (resgrad.h quotes this bound; measured: see the line this test prints). */
@@ -431,8 +432,8 @@ static uint64_t shadow_step(rg_ctx *h, rg_tensor W, float *xv, int *exact) {
 }
 
 /* A parameter is cast into its BF16 shadow once; an optimizer step rounds the update into
-   it, so later steps record no cast; rg_write of the parameter, and a drain that failed
-   before the cast ran, make the next step cast again; the values are always those of the
+   it, so later steps record no cast; rg_write and rg_load of the parameter, and a drain
+   that failed before the cast ran, make the next step cast again; the values are always those of the
    current parameter. */
 static void test_shadow(void) {
   rg_ctx *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 9});
@@ -476,11 +477,28 @@ static void test_shadow(void) {
   n = shadow_step(h, W, xv, &exact);
   CHECK(n == 3 && exact, "after a failed drain: %llu nodes (want W's cast again), exact %d",
         (unsigned long long)n, exact);
+  /* rg_load of the parameter: saved before a step, loaded after it */
+  char path[256];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/rg_shadow_%ld.safetensors", tmp ? tmp : "/tmp",
+           (long)getpid());
+  CHECK_ST(h, rg_save(h, path, NULL), RG_OK);
+  rg_step_begin(h);
+  l = rg_sum(h, rg_linear(h, rg_input(h, RG_F32, D2(4, 12), xv), W, RG_NONE), RG_ALL_AXES, 0);
+  rg_backward(h, l);
+  rg_optim_step(opt);
+  rg_zero_grad(h);
+  CHECK_ST(h, rg_item(h, l, &lv), RG_OK);
+  CHECK_ST(h, rg_load(h, path, NULL), RG_OK);
+  remove(path);
+  n = shadow_step(h, W, xv, &exact);
+  CHECK(n == 3 && exact, "after rg_load: %llu nodes (want a new cast of W), exact %d",
+        (unsigned long long)n, exact);
   CHECK(rg_error(h) == RG_OK, "shadow: %s", rg_errmsg(h));
   rg_optim_free(opt);
   rg_close(h);
-  printf("shadow     %s  parameters cast once; steps, rg_write and failed drains keep them "
-         "right\n", failed() ? "FAIL" : "PASS");
+  printf("shadow     %s  parameters cast once; steps, rg_write, rg_load and failed "
+         "drains keep them right\n", failed() ? "FAIL" : "PASS");
 }
 
 /* ---- a small GPT: bf16 follows f32 ----------------------------------------------------- */
