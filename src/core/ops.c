@@ -120,6 +120,19 @@ static rg_tensor emit1(rg_ctx *ctx, rg_op op, const uint32_t *in, rg_shape s,
                                                                  : RG_NONE;
 }
 
+/* An op whose out[0] is its result and whose other outputs are internal (attention's
+   lse, cross-entropy's row statistics, GELU's pre-activation): those require no grad, so
+   no gradient can reach them (a forged handle could otherwise give one to a rule that
+   differentiates out[0] only). */
+static rg_tensor emit_main(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
+                           const int64_t *iv) {
+  uint32_t out[RG_MAX_OUT] = {0};
+  if (rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) != RG_OK) return RG_NONE;
+  for (int j = 1; j < RG_MAX_OUT; j++)
+    if (out[j]) rg__t(ctx, out[j])->flags &= (uint8_t)~RG_T_GRAD;
+  return rg__handle(ctx, out[0]);
+}
+
 static bool shape_error(rg_ctx *ctx, const char *call, const char *what, const rg_shape *a,
                         const rg_shape *b) {
   char sa[96], sb[96];
@@ -291,7 +304,7 @@ rg_tensor rg_matmul(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
 
 static rg_tensor linear(rg_ctx *ctx, const char *call, rg_tensor x, rg_tensor w, rg_tensor b,
                         rg_act act) {
-  uint32_t in[3], out[RG_MAX_OUT] = {0};
+  uint32_t in[3];
   if (!ctx || !operand(ctx, x, call, 1, ANY_FLOAT, &in[0]) ||
       !operand(ctx, w, call, 2, ANY_FLOAT, &in[1]) || !optional(ctx, b, call, 3, &in[2]) ||
       !same_float(ctx, call, in))
@@ -316,9 +329,7 @@ static rg_tensor linear(rg_ctx *ctx, const char *call, rg_tensor x, rg_tensor w,
   rg_shape outs[RG_MAX_OUT] = {o, o, {0, -1, {0}}};
   if (act == RG_ACT_RELU) outs[1].ndim = -1; /* its backward needs only out[0] */
   int64_t iv[4] = {act, 0, 0, 0};
-  return rg__emit(ctx, RG_OP_LINEAR_ACT, in, outs, iv, NULL, NULL, out) == RG_OK
-             ? rg__handle(ctx, out[0])
-             : RG_NONE;
+  return emit_main(ctx, RG_OP_LINEAR_ACT, in, outs, iv);
 }
 
 rg_tensor rg_linear(rg_ctx *ctx, rg_tensor x, rg_tensor w, rg_tensor b) {
@@ -447,9 +458,7 @@ static rg_tensor attention_emit(rg_ctx *ctx, const char *call, rg_op op, uint32_
   so.dtype = rg__t(ctx, in[0])->dtype;
   rg_shape outs[2] = {so, {RG_F32, 3, {so.dims[0], heads, T}}};
   int64_t iv[4] = {causal != 0, op == RG_OP_ATTENTION ? 0 : heads, 0, 0};
-  uint32_t out[RG_MAX_OUT] = {0};
-  return rg__emit(ctx, op, in, outs, iv, NULL, NULL, out) == RG_OK ? rg__handle(ctx, out[0])
-                                                                   : RG_NONE;
+  return emit_main(ctx, op, in, outs, iv);
 }
 
 rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
@@ -511,10 +520,7 @@ static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_
   for (int i = 0; i < st.ndim; i++) rows *= st.dims[i];
   /* the loss, and the row statistics its backward reads (ops.h) */
   rg_shape o[2] = {{RG_F32, 0, {0}}, {RG_F32, 2, {rows + 1, 2}}};
-  uint32_t out[RG_MAX_OUT] = {0};
-  return rg__emit(ctx, RG_OP_CROSS_ENTROPY, in, o, iv, NULL, NULL, out) == RG_OK
-             ? rg__handle(ctx, out[0])
-             : RG_NONE;
+  return emit_main(ctx, RG_OP_CROSS_ENTROPY, in, o, iv);
 }
 rg_tensor rg_cross_entropy(rg_ctx *c, rg_tensor l, rg_tensor t) { return xent(c, l, t, 0, 0); }
 rg_tensor rg_cross_entropy_ignore(rg_ctx *c, rg_tensor l, rg_tensor t, int ignore_index) {
