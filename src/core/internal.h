@@ -134,6 +134,18 @@ static inline void rg__linear_act_split(const rg_kargs *k, rg_kargs *lin, rg_kar
   act->in[1].p = act->in[2].p = NULL; /* absent, as a kernel tells */
 }
 
+/* ADD_LAYERNORM split into an ADD's arguments (s = a + b into out[0]) and a LAYERNORM's
+   (y = layernorm(s) into out[1]; eps is the node's f[0]), for a backend without the
+   fused form. */
+static inline void rg__add_layernorm_split(const rg_kargs *k, rg_kargs *add, rg_kargs *ln) {
+  *add = *k;
+  add->in[2].p = add->in[3].p = NULL;
+  *ln = *k;
+  ln->in[0] = k->out[0], ln->in[1] = k->in[2], ln->in[2] = k->in[3];
+  ln->in[3].p = NULL;
+  ln->out[0] = k->out[1];
+}
+
 /* A download that a drain performs after its last node, inside the same synchronisation
    (so a step that reads only its loss costs one device->host sync). done is set when the
    bytes were copied. */

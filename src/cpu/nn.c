@@ -172,11 +172,8 @@ rg_status rg_cpu_layernorm(rg_kargs *k) { return norm_fwd(k, true); }
 
 /* s = a + b, then y = layernorm(s) (ops.h): the two kernels in turn. */
 rg_status rg_cpu_add_layernorm(rg_kargs *k) {
-  rg_kargs add = *k, ln = *k;
-  add.in[2].p = add.in[3].p = NULL;
-  ln.in[0] = k->out[0], ln.in[1] = k->in[2], ln.in[2] = k->in[3];
-  ln.in[3].p = NULL;
-  ln.out[0] = k->out[1];
+  rg_kargs add, ln;
+  rg__add_layernorm_split(k, &add, &ln);
   rg_status st = rg_cpu_add(&add);
   return st == RG_OK ? rg_cpu_layernorm(&ln) : st;
 }

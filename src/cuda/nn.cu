@@ -1166,11 +1166,8 @@ rg_status rg_cuda_add_layernorm(rg_kargs *k) {
     });
     return rg_cuda_check_launch(k, "add_layernorm");
   }
-  rg_kargs add = *k, ln = *k;
-  add.in[2].p = add.in[3].p = NULL;
-  ln.in[0] = k->out[0], ln.in[1] = k->in[2], ln.in[2] = k->in[3];
-  ln.in[3].p = NULL;
-  ln.out[0] = k->out[1];
+  rg_kargs add, ln;
+  rg__add_layernorm_split(k, &add, &ln);
   rg_status st = rg_cuda_add(&add);
   return st == RG_OK ? norm_fwd(&ln, true) : st;
 }
