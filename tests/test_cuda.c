@@ -100,6 +100,12 @@ static out c_tf32(rg_ctx *c) {
   rg_tensor h = rg_linear_act(c, x, w, b, RG_ACT_GELU);
   return weigh(c, rg_linear(c, h, w2, RG_NONE));
 }
+/* A weight gradient of 2^30 multiply-adds (64 x 2048 over 8192 rows): large enough that
+   TF32 transposes an operand first (matmul.cu's k_contiguous). */
+static out c_tf32_big(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D2(8192, 2048)), w = P(c, "w", D2(64, 2048));
+  return weigh(c, rg_linear(c, x, w, RG_NONE));
+}
 static out c_norms(rg_ctx *c) {
   rg_tensor x = rg_add(c, P(c, "x", D3(3, 4, 96)), P(c, "off", D3(3, 4, 1)));
   rg_tensor g = P(c, "g", 1, (int64_t[]){96}), b = P(c, "b", 1, (int64_t[]){96});
@@ -512,6 +518,49 @@ static void run_training(void) {
   for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
 }
 
+/* AdamW's four-wide path and its scalar tail (4099 and 3 x 4099 elements: chunks of 4096,
+   a last chunk that is not a multiple of 4), with a linear's weight in bf16 mode so that
+   the step also writes its BF16 shadow, which the next step's product reads. Both sides
+   round the same operands, so the gradients and then the updates agree exactly; the
+   losses, sums of 4099 rounded products in different orders, to a few bf16 units. A
+   misplaced element or a stale shadow would be off by the step size, 0.1. */
+static void run_adamw_vec(void) {
+  enum { S = 4, N = 4099 };
+  static float xa[N], x[2 * N], wa[2][N], ww[2][3 * N];
+  float loss[2][S], r[6] = {0.5f, -1, 0.25f, 1, -0.5f, 0.75f};
+  for (int i = 0; i < N; i++) xa[i] = (float)sin(0.1 * i), x[i] = (float)cos(0.3 * i);
+  for (int i = 0; i < N; i++) x[N + i] = (float)sin(0.7 * i + 1);
+  for (int d = 0; d < 2; d++) {
+    rg_ctx *c = NULL;
+    rg_open(&c, &(rg_options){.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU, .quiet = 1,
+                              .seed = 3, .bf16 = 1});
+    rg_tensor a = rg_param(c, "a", RG_F32, 1, (int64_t[]){N}, normal(1));
+    rg_tensor w = rg_param(c, "w", RG_F32, D2(3, N), normal(1));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 0.1f, .weight_decay = 0.1f});
+    for (int s = 0; s < S; s++) {
+      rg_step_begin(c);
+      rg_tensor y = rg_linear(c, rg_input(c, RG_F32, D2(2, N), x), w, RG_NONE);
+      rg_tensor l = rg_sum(c, rg_mul(c, y, rg_input(c, RG_F32, D2(2, 3), r)), RG_ALL_AXES, 0);
+      l = rg_add(c, l, rg_sum(c, rg_mul(c, a, rg_input(c, RG_F32, 1, (int64_t[]){N}, xa)),
+                              RG_ALL_AXES, 0));
+      rg_backward(c, l);
+      rg_optim_step(opt);
+      rg_zero_grad(c);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    CHECK_ST(c, rg_read(c, a, wa[d], sizeof wa[d]), RG_OK);
+    CHECK_ST(c, rg_read(c, w, ww[d], sizeof ww[d]), RG_OK);
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  double el = nerr(loss[1], loss[0], S), ea = nerr(wa[1], wa[0], N);
+  double ew = nerr(ww[1], ww[0], 3 * N);
+  int ok = el < 1e-2 && ea < 1e-6 && ew < 1e-6;
+  CHECK(ok, "adamw-vec: loss error %.3g, weight errors %.3g (a), %.3g (w)", el, ea, ew);
+  printf("%-12s %s  loss error %.3g, weight errors %.3g, %.3g after %d steps\n", "adamw-vec",
+         ok ? "PASS" : "FAIL", el, ea, ew, S);
+}
+
 /* A 16-32-4 MLP with AdamW for the checkpoint case; the batch of step s is a function
    of s. */
 typedef struct ck { rg_ctx *c; rg_tensor w1, b1, w2; rg_optim *opt; } ck;
@@ -665,18 +714,27 @@ static void run_faults(void) {
     nonzero += gw[i] != 0 || (i < 2 && gb[i] != 0) || (i < 3 && (glg[i] != 0 || glb[i] != 0));
   CHECK(nonzero == 0, "a failed step left %d gradient elements of w, b, lg and lb changed",
         nonzero);
-  /* a bad target: the forward names it; the step's gradients stay untouched */
+  /* a bad target: the forward names it; the step's gradients stay untouched (two weight
+     gradients after the fault: the second GEMM reuses the first's scalars) */
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   int32_t tg[4] = {0, 1, 9, -3};
-  rg_tensor xl = rg_linear(g, rg_param(g, "in", RG_F32, D2(4, 3), normal(1)), w, b);
+  rg_tensor w0 = rg_param(g, "w0", RG_F32, D2(3, 3), normal(1));
+  rg_tensor h0 = rg_linear(g, rg_param(g, "in", RG_F32, D2(4, 3), normal(1)), w0, RG_NONE);
+  rg_tensor xl = rg_linear(g, h0, w, b);
   rg_tensor ce = rg_cross_entropy(g, xl, rg_input(g, RG_I32, 1, (int64_t[]){4}, tg));
   CHECK_ST(g, rg_backward(g, ce), RG_OK);
   CHECK(rg_item(g, ce, &v) == RG_ERR_MISUSE && msg_has(g, "rg_cross_entropy") &&
             msg_has(g, "target 9 at row 2"),
         "bad target on CUDA: %s", rg_errmsg(g));
   rg_clear_error(g);
+  float gw0[9] = {1};
   CHECK_ST(g, rg_read(g, rg_grad(g, b), gb, sizeof gb), RG_OK);
-  CHECK(gb[0] == 0 && gb[1] == 0, "a failed cross-entropy step changed b's gradient");
+  CHECK_ST(g, rg_read(g, rg_grad(g, w), gw, sizeof gw), RG_OK);
+  CHECK_ST(g, rg_read(g, rg_grad(g, w0), gw0, sizeof gw0), RG_OK);
+  nonzero = 0;
+  for (int i = 0; i < 9; i++) nonzero += (i < 2 && gb[i] != 0) || (i < 6 && gw[i] != 0) || gw0[i] != 0;
+  CHECK(nonzero == 0, "a failed cross-entropy step changed %d elements of b's, w's and w0's "
+        "gradients", nonzero);
   CHECK_ST(g, rg_step_begin(g), RG_OK);
   rg_tensor ok = rg_sum(g, t, RG_ALL_AXES, 0);
   CHECK_ST(g, rg_item(g, ok, &v), RG_OK);
@@ -779,6 +837,7 @@ int main(void) {
   /* TF32 keeps 10 of 23 mantissa bits in the products: relative errors ~ 2^-11 per term,
      ~5e-4 normalised over sums of 40-301 terms; a wrong layout would be O(1). */
   run_case_mode("tf32-dW", c_tf32, 3e-3, 1);
+  run_case_mode("tf32-dW-big", c_tf32_big, 3e-3, 1);
   /* The tensor-core attention against the CPU's f32. bf16 keeps 8 significant bits, so
      each rounded operand (q, k, v, g, p, ds) is off by up to 2^-9 = 0.2%: the scores and
      p are off by ~0.3%, o by ~0.5% (p and v rounded again), and dq, dk by ~1% (ds =
@@ -797,6 +856,7 @@ int main(void) {
   run_case_mode("bf16-gpt", c_gpt, 3e-2, 3);
   run_attn_repeat();
   run_training();
+  run_adamw_vec();
   run_checkpoint();
   run_graphs();
   run_faults();

@@ -41,7 +41,12 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CU
 
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
-  rg_cuda_err *err;     /* device view of the error word */
+  const rg_cuda_err *err; /* device view of the error word, to read (to raise: rg_cuda_raiser) */
+  rg_cuda_err *err_w;     /* the same word, writable */
+  /* matmul_acc's {alpha, beta} (device): ab_fresh says they were computed after the last
+     launch that can raise a fault in this drain, so the next matmul_acc reuses them. */
+  float *ab;
+  bool ab_fresh;
   int node;             /* index of the node being launched, within its drain */
   void *scratch;        /* RG_CUDA_SCRATCH bytes of device scratch, 256-aligned */
   size_t scratch_bytes;
@@ -96,6 +101,12 @@ void rg_cuda_dist_unissued(rg_ctx *ctx, size_t failed, size_t last, char *msg, s
 
 /* The launch context of the node being run (set by the backend before each launcher). */
 static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch *)k->be; }
+/* The error word for a kernel that may raise a fault: what comes after it in the drain must
+   look at the word again (matmul_acc's scalars). */
+static inline rg_cuda_err *rg_cuda_raiser(rg_cuda_launch *L) {
+  L->ab_fresh = false;
+  return L->err_w;
+}
 
 #define RG_CUDA_DECL(E, n, s, ni, no) rg_status rg_cuda_##n(rg_kargs *k);
 RG_OPS(RG_CUDA_DECL)

@@ -11,6 +11,8 @@
  * in place (beta = 1) with alpha and beta read from device memory: alpha is 0 when a
  * kernel earlier in the drain raised a fault, so a failed step leaves the gradient exactly
  * as it was (every faulting kernel writes zeros, never garbage, so 0 * product stays 0).
+ * The scalars are computed again only when a kernel that can raise (rg_cuda_raiser) ran
+ * since the last matmul_acc: one small kernel a drain, not one a weight gradient.
  * linear_act applies ReLU or GELU in the epilogue (GELU also stores its input, the aux
  * matrix, for the backward pass).
  *
@@ -196,17 +198,19 @@ __global__ void transpose_k(const float *in, float *out, int64_t K, int64_t X) {
 /* TF32 tensor cores want a K-contiguous operand: with both stored K-outer (a weight
    gradient, a^T b over the rows) cuBLASLt runs at ~60% of its usual rate on an H200
    (measured: 252 against 425 TFLOP/s at 4096 x 4096 x 2048). So the smaller of the two is
-   transposed into the scratch first (from byte 256: matmul_acc keeps its scalars below),
-   when it fits; 16-bit operands need none of this. */
+   transposed into the scratch first, when it fits and the product is large enough (2^30
+   multiply-adds, ~5 us of tensor-core time) for the gain to outweigh the extra kernel: a
+   small product is launch-bound either way. 16-bit operands need none of this. */
+#define KC_MIN_MACS ((double)(1 << 30))
 static rg_status k_contiguous(rg_kargs *k, gemm_args *g) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
-  if (!k->ctx->opt.tf32 || g->dtype != RG_F32 || !g->ta || g->tb || g->batch != 1)
+  if (!k->ctx->opt.tf32 || g->dtype != RG_F32 || !g->ta || g->tb || g->batch != 1 ||
+      (double)g->M * (double)g->N * (double)g->K < KC_MIN_MACS)
     return RG_OK;
   bool a = g->M <= g->N; /* transpose A [K,M] -> [M,K], or else B [K,N] -> [N,K] */
   int64_t X = a ? g->M : g->N;
-  if (L->scratch_bytes < 256 || (uint64_t)(X * g->K) > (L->scratch_bytes - 256) / 4)
-    return RG_OK;
-  float *t = (float *)((char *)L->scratch + 256);
+  if ((uint64_t)(X * g->K) > L->scratch_bytes / 4) return RG_OK;
+  float *t = (float *)L->scratch;
   dim3 grid((unsigned)((X + 31) / 32), (unsigned)((g->K + 31) / 32));
   if (grid.y > 65535) return RG_OK;
   transpose_k<<<grid, dim3(32, 8), 0, L->stream>>>((const float *)(a ? g->A : g->B), t, g->K, X);
@@ -288,14 +292,16 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], d->dims[0], d->dims[1], 0, a->p, b->p,
-                 d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, (const float *)L->scratch,
+                 d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, L->ab,
                  RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[0] : a->dims[1];
   if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
-  if (L->scratch_bytes < 2 * sizeof(float))
-    return rg_cuda_unsupported(k, "matmul_acc without scratch for its scalars");
-  acc_scalars_k<<<1, 1, 0, L->stream>>>(L->err, (float *)L->scratch);
-  rg_status st = rg_cuda_check_launch(k, "matmul_acc's scalars");
+  rg_status st = RG_OK;
+  if (!L->ab_fresh) { /* else no launch since the last ones could have raised a fault */
+    acc_scalars_k<<<1, 1, 0, L->stream>>>(L->err, L->ab);
+    st = rg_cuda_check_launch(k, "matmul_acc's scalars");
+    L->ab_fresh = st == RG_OK;
+  }
   if (st == RG_OK) st = k_contiguous(k, &g);
   return st == RG_OK ? gemm(k, &g) : st;
 }

@@ -239,11 +239,13 @@ __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64
    a row of double partials [nchunk][C]; col_final_k adds the chunks in a fixed order. The
    chunking depends only on R and C, so results repeat bit for bit. Expected on
    [4096, 256]: 4 MB read by 256 blocks, 256 KB of partials, two short kernels (~2-4 us
-   instead of 23). */
+   instead of 23). At most CP_ONE_ROWS rows are one chunk (32 rows a row thread): a small
+   batch's bias gradient is then one kernel, its launch the larger cost. */
 
 #define CP_Y 8         /* row threads per block of col_part_k */
 #define CP_BLOCKS 512  /* about 4 blocks per SM on a 132-SM GPU (a constant: see above) */
 #define CP_MIN_ROWS 32 /* rows per chunk at least: 4 per row thread */
+#define CP_ONE_ROWS 256 /* rows summed in one chunk (one kernel) whatever C is */
 #define CF_Y 32        /* chunk threads per column in col_final_k */
 
 template <class TX> __device__ __forceinline__ void add_cols(const TX *p, double (&s)[1]) {
@@ -315,7 +317,8 @@ rg_status col_sum(rg_kargs *k, const TX *x, int64_t R, int64_t C, double div, fl
   rg_cuda_launch *L = rg_cuda_ctx(k);
   bool v4 = C % 4 == 0 && ((uintptr_t)x & 15) == 0;
   int64_t gx = cdiv(C, v4 ? 128 : 32);
-  int64_t nchunk = min64(max64(1, CP_BLOCKS / gx), max64(1, R / CP_MIN_ROWS));
+  int64_t nchunk = R <= CP_ONE_ROWS ? 1
+                                    : min64(max64(1, CP_BLOCKS / gx), max64(1, R / CP_MIN_ROWS));
   nchunk = min64(min64(nchunk, 65535), (int64_t)(L->scratch_bytes / sizeof(double)) / C);
   int64_t rchunk = max64(1, cdiv(R, max64(1, nchunk)));
   nchunk = max64(1, cdiv(R, rchunk)); /* no empty trailing chunk */
