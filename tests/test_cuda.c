@@ -100,6 +100,16 @@ static out c_tf32(rg_ctx *c) {
   rg_tensor h = rg_linear_act(c, x, w, b, RG_ACT_GELU);
   return weigh(c, rg_linear(c, h, w2, RG_NONE));
 }
+/* GELU's derivative in the next layer's dx GEMM (MATMUL_DGELU): 40 wide through cuBLASLt's
+   DGELU epilogue, 12 wide (an aux matrix it cannot take) as a GEMM and GELU_BWD. */
+static out c_dgelu(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(2, 5, 24)), w1 = P(c, "w1", D2(12, 24)), b1 = P(c, "b1", 1, (int64_t[]){12});
+  rg_tensor w2 = P(c, "w2", D2(40, 12)), b2 = P(c, "b2", 1, (int64_t[]){40});
+  rg_tensor w3 = P(c, "w3", D2(16, 40));
+  rg_tensor h = rg_linear_act(c, x, w1, b1, RG_ACT_GELU);
+  h = rg_linear_act(c, h, w2, b2, RG_ACT_GELU);
+  return weigh(c, rg_linear(c, h, w3, RG_NONE));
+}
 /* A weight gradient of 2^30 multiply-adds (64 x 2048 over 8192 rows): large enough that
    TF32 transposes an operand first (matmul.cu's k_contiguous). */
 static out c_tf32_big(rg_ctx *c) {
@@ -820,7 +830,7 @@ int main(void) {
       {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
       {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
-      {"linear-act", c_linear_act, 1e-5},
+      {"linear-act", c_linear_act, 1e-5}, {"dgelu", c_dgelu, 1e-5},
       {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
       {"norm-fold", c_norm_fold, 1e-5}, {"add-norm", c_add_norm, 1e-5},
       {"embedding", c_embedding, 1e-6},
@@ -849,6 +859,7 @@ int main(void) {
      where their F32 sums (in different orders) round to neighbouring bf16 values, 2^-8
      relative, on a few elements, and by the CUDA attention's bf16 probabilities. */
   run_case_mode("bf16-linact", c_linear_act, 1e-2, 3);
+  run_case_mode("bf16-dgelu", c_dgelu, 1e-2, 3);
   run_case_mode("bf16-norms", c_norm_kernels, 1e-2, 3);
   run_case_mode("bf16-addnorm", c_add_norm, 1e-2, 3);
   run_case_mode("bf16-xent", c_bf16_xent, 1e-2, 3);

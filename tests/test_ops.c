@@ -1085,6 +1085,47 @@ static void linear_case(int xnd, const int64_t *xd, int64_t O, int bias, int gra
   free(want);
 }
 
+/* GELU's derivative fused into the next layer's dx GEMM (MATMUL_DGELU): a GELU layer
+   read only by a linear layer gives the gradients of the unfused pair (GELU_BWD after a
+   MATMUL, as when rg_retain_grad keeps the GELU output's gradient) bit for bit, in F32
+   and with bf16 activations (both round the F32 product times gelu' once), with one node
+   fewer. The [2,3,8] input makes both gradients reshaped views. */
+static void dgelu_case(int bf16) {
+  float got[2][5][48];
+  uint64_t nodes[2];
+  int64_t xd[3] = {2, 3, 4}, w1d[2] = {8, 4}, w2d[2] = {5, 8}, b1d = 8, b2d = 5;
+  for (int apart = 0; apart < 2; apart++) {
+    rg_ctx *ctx = open_cpu_opts((rg_options){.device = RG_DEVICE_CPU, .quiet = 1, .seed = 7,
+                                             .bf16 = bf16});
+    if (!ctx) return;
+    rg_init u = {RG_INIT_UNIFORM, -1.5f, 1.5f};
+    rg_tensor x = rg_param(ctx, "x", RG_F32, 3, xd, u), w1 = rg_param(ctx, "w1", RG_F32, 2, w1d, u);
+    rg_tensor b1 = rg_param(ctx, "b1", RG_F32, 1, &b1d, u);
+    rg_tensor w2 = rg_param(ctx, "w2", RG_F32, 2, w2d, u), b2 = rg_param(ctx, "b2", RG_F32, 1, &b2d, u);
+    rg_stats s0, s1;
+    rg_stats_get(ctx, &s0);
+    rg_tensor h = rg_linear_act(ctx, x, w1, b1, RG_ACT_GELU);
+    if (apart) CHECK_ST(ctx, rg_retain_grad(ctx, h), RG_OK);
+    rg_tensor y = rg_linear(ctx, h, w2, b2);
+    rg_tensor l = rg_sum(ctx, rg_mul(ctx, y, y), RG_ALL_AXES, 0);
+    CHECK_ST(ctx, rg_backward(ctx, l), RG_OK);
+    rg_stats_get(ctx, &s1);
+    nodes[apart] = s1.nodes_recorded - s0.nodes_recorded;
+    rg_tensor t[5] = {rg_grad(ctx, x), rg_grad(ctx, w1), rg_grad(ctx, b1), rg_grad(ctx, w2),
+                      rg_grad(ctx, b2)};
+    for (int i = 0; i < 5; i++)
+      CHECK_ST(ctx, rg_read(ctx, t[i], got[apart][i], (size_t)rg_numel(ctx, t[i]) * 4), RG_OK);
+    close_ctx(ctx);
+  }
+  static const char *const what[5] = {"dx", "dw1", "db1", "dw2", "db2"};
+  static const size_t n[5] = {24, 32, 8, 40, 5};
+  for (int i = 0; i < 5; i++)
+    CHECK(!memcmp(got[0][i], got[1][i], n[i] * 4), "gelu' in the GEMM (bf16 %d): %s differs "
+          "from the unfused pair", bf16, what[i]);
+  CHECK(nodes[1] == nodes[0] + 1, "gelu' in the GEMM (bf16 %d): %llu nodes fused, %llu "
+        "apart; want 1 more", bf16, (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
+}
+
 /* ReLU's kink defeats the numeric gradient, so only GELU is gradient-checked here; both
    equal the two-op form bit for bit (test_contract). */
 static void t_linear_act(void) {
@@ -1095,6 +1136,8 @@ static void t_linear_act(void) {
       linear_case(2, (int64_t[]){3, 0}, 2, bias, act == RG_ACT_GELU, 1e-6, act);
       linear_case(2, (int64_t[]){37, 70}, 13, bias, 0, 3e-5, act);
     }
+  dgelu_case(0);
+  dgelu_case(1);
 }
 
 static void t_linear(void) {

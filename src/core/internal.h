@@ -134,6 +134,17 @@ static inline void rg__linear_act_split(const rg_kargs *k, rg_kargs *lin, rg_kar
   act->in[1].p = act->in[2].p = NULL; /* absent, as a kernel tells */
 }
 
+/* MATMUL_DGELU split into a MATMUL's arguments (the product into out[0]) and then a
+   GELU_BWD's (u and that product, into out[0] in place), for a backend without the fused
+   form. */
+static inline void rg__matmul_dgelu_split(const rg_kargs *k, rg_kargs *mm, rg_kargs *act) {
+  *mm = *k;
+  mm->in[2].p = NULL;
+  *act = *k;
+  act->in[0] = k->in[2], act->in[1] = k->out[0];
+  act->in[2].p = NULL;
+}
+
 /* ADD_LAYERNORM split into an ADD's arguments (s = a + b into out[0]) and a LAYERNORM's
    (y = layernorm(s) into out[1]; eps is the node's f[0]), for a backend without the
    fused form. */

@@ -76,6 +76,11 @@
  *  RELU_BWD GELU_BWD SILU_BWD (x, g)       SIGMOID_BWD TANH_BWD (y, g)   y = forward out;
  *            x of RELU_BWD and GELU_BWD F32 or BF16 (LINEAR_ACT's outputs), their out F32
  *            or BF16
+ *  MATMUL_DGELU (a, b, u; i[0], i[1] as MATMUL) -> GELU_BWD(u, op(a) op(b)), 2-D factors
+ *            and out, u of out's element count: a GELU's input gradient made by the GEMM
+ *            of the dx of the linear layer that is its output's one reader (rg_backward
+ *            fuses the two, autograd.c). F32, or BF16 with BF16 factors and u (the
+ *            product is multiplied in F32, then rounded once).
  *  CLAMP_BWD (x, g; f[0], f[1])            MAX_BWD (x, g; i[0], i[1] as MAX) -> dx
  *  SOFTMAX_BWD LOG_SOFTMAX_BWD (y, g)      -> dx
  *  LAYERNORM_BWD (x, gamma opt, g, acc_gamma opt, acc_beta opt, dx_in opt; f[0]) -> dx,
@@ -167,6 +172,7 @@
   X(CAST, cast, "rg_cast", 1, 1)                              \
   X(RELU_BWD, relu_bwd, "rg_relu'", 2, 1)                     \
   X(GELU_BWD, gelu_bwd, "rg_gelu'", 2, 1)                     \
+  X(MATMUL_DGELU, matmul_dgelu, "rg_gelu'", 3, 1)             \
   X(SILU_BWD, silu_bwd, "rg_silu'", 2, 1)                     \
   X(SIGMOID_BWD, sigmoid_bwd, "rg_sigmoid'", 2, 1)            \
   X(TANH_BWD, tanh_bwd, "rg_tanh'", 2, 1)                     \

@@ -265,6 +265,13 @@ rg_status rg_cpu_linear(rg_kargs *k) {
   return RG_OK;
 }
 
+rg_status rg_cpu_matmul_dgelu(rg_kargs *k) {
+  rg_kargs mm, act;
+  rg__matmul_dgelu_split(k, &mm, &act);
+  rg_status st = rg_cpu_matmul(&mm);
+  return st == RG_OK ? rg_cpu_gelu_bwd(&act) : st;
+}
+
 rg_status rg_cpu_linear_act(rg_kargs *k) {
   rg_kargs lin, act;
   rg__linear_act_split(k, &lin, &act);

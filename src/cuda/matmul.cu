@@ -14,7 +14,8 @@
  * The scalars are computed again only when a kernel that can raise (rg_cuda_raiser) ran
  * since the last matmul_acc: one small kernel a drain, not one a weight gradient.
  * linear_act applies ReLU or GELU in the epilogue (GELU also stores its input, the aux
- * matrix, for the backward pass).
+ * matrix, for the backward pass); matmul_dgelu multiplies the product by GELU's
+ * derivative at that stored input (cuBLASLt's DGELU epilogue, reading it as its aux).
  *
  * Output types: C and D are F32, or BF16 with BF16 factors (bf16 autocast's activations:
  * the F32 sums rounded once, in the epilogue; GELU's aux matrix is then BF16 too);
@@ -39,9 +40,11 @@ typedef struct gemm_args {
   int dtype;                   /* RG_F32 or RG_BF16: A's and B's */
   int ctype;                   /* RG_F32, or RG_BF16 with BF16 factors: C's and aux's */
   const float *ab;             /* NULL: C = AB; else device {alpha, beta}: C = alpha AB + beta C */
-  int act;                     /* RG_ACT_*: C = act(AB + bias) in the epilogue */
-  void *aux;                   /* RG_ACT_GELU: AB + bias, the activation's input, goes here */
+  int act;                     /* RG_ACT_*: C = act(AB + bias) in the epilogue; or ACT_DGELU */
+  void *aux;                   /* RG_ACT_GELU: AB + bias, the activation's input, goes here;
+                                  ACT_DGELU: GELU's input, C = gelu'(aux) AB is read here */
 } gemm_args;
+enum { ACT_DGELU = 3 };        /* after the RG_ACT_* values */
 
 /* The largest power of two, at most 256, dividing an operand's address and (in a strided
    batch) its batch stride: every address cuBLASLt reads it at. The heuristic otherwise
@@ -94,10 +97,11 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   uint64_t yr = g->ta ? g->M : g->K, yc = g->ta ? g->K : g->M;
   int32_t batch = (int32_t)g->batch;
   int64_t sx = g->sb, sy = g->sa, sc = g->sc;
-  static const cublasLtEpilogue_t epis[3][2] = {
+  static const cublasLtEpilogue_t epis[4][2] = {
       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS},
       {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS},
-      {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}};
+      {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS},
+      {CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU}}; /* never with a bias */
   cublasLtEpilogue_t epi = epis[g->act][g->bias != NULL];
   int64_t aux_ld = g->N;
   bool bf16 = g->dtype == RG_BF16, bf16_out = g->ctype == RG_BF16;
@@ -130,7 +134,7 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                           &bias_type, sizeof bias_type));
   }
-  if (g->act == RG_ACT_GELU) { /* the aux matrix is laid out as D */
+  if (g->act == RG_ACT_GELU || g->act == ACT_DGELU) { /* the aux matrix is laid out as D */
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                           &g->aux, sizeof g->aux));
     LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
@@ -326,6 +330,25 @@ static rg_status linear(rg_kargs *k, int act, void *aux) {
 }
 
 rg_status rg_cuda_linear(rg_kargs *k) { return linear(k, RG_ACT_NONE, NULL); }
+
+/* GELU's derivative rides in cuBLASLt's epilogue (DGELU) when the aux matrix can (its
+   leading dimension a multiple of 8, of D's type) and cuBLASLt has an algorithm;
+   otherwise the product, then GELU_BWD in place. */
+rg_status rg_cuda_matmul_dgelu(rg_kargs *k) {
+  const rg_tv *a = &k->in[0], *b = &k->in[1], *u = &k->in[2], *o = &k->out[0];
+  gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], o->dims[0], o->dims[1], 0, a->p, b->p,
+                 o->p, 1, 0, 0, 0, NULL, a->dtype, o->dtype, NULL, ACT_DGELU, u->p};
+  g.K = g.ta ? a->dims[0] : a->dims[1];
+  if (o->n == 0) return RG_OK;
+  if (g.K > 0 && g.N % 8 == 0 && u->dtype == o->dtype && b->dtype == a->dtype) {
+    rg_status st = gemm(k, &g);
+    if (st != RG_ERR_UNSUPPORTED) return st;
+  }
+  rg_kargs mm, act;
+  rg__matmul_dgelu_split(k, &mm, &act);
+  rg_status st = rg_cuda_matmul(&mm);
+  return st == RG_OK ? rg_cuda_gelu_bwd(&act) : st;
+}
 
 /* The activation rides in cuBLASLt's epilogue; GELU's input is stored as its aux matrix,
    whose leading dimension must be a multiple of 8. Otherwise, or when cuBLASLt offers no
