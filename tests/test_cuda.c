@@ -127,6 +127,20 @@ static out c_embedding(rg_ctx *c) {
   rg_tensor t = P(c, "table", D2(10, 16));
   return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 2, (int64_t[]){3, 4}, idx)));
 }
+/* 300 ids (ten 32-id scans), each row of the table hit ~30 times, 40 columns. */
+static out c_embedding_rep(rg_ctx *c) {
+  static int32_t idx[300];
+  for (int i = 0; i < 300; i++) idx[i] = (i * 7 + i / 11) % 10;
+  rg_tensor t = P(c, "table", D2(10, 40));
+  return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 2, (int64_t[]){3, 100}, idx)));
+}
+/* V * n past emb_scan_acc_k's bound: the sorting backward (nn.cu). */
+static out c_embedding_big(rg_ctx *c) {
+  static int32_t idx[1100];
+  for (int i = 0; i < 1100; i++) idx[i] = (int32_t)((i * 37 + i / 7) % 4096) % (i % 3 ? 4096 : 5);
+  rg_tensor t = P(c, "table", D2(4096, 8));
+  return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 1, (int64_t[]){1100}, idx)));
+}
 static out c_attention(rg_ctx *c) {
   rg_tensor q = P(c, "q", D4(2, 3, 17, 16)), k = P(c, "k", D4(2, 3, 17, 16)),
             v = P(c, "v", D4(2, 3, 17, 16));
@@ -833,7 +847,8 @@ int main(void) {
       {"linear-act", c_linear_act, 1e-5}, {"dgelu", c_dgelu, 1e-5},
       {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
       {"norm-fold", c_norm_fold, 1e-5}, {"add-norm", c_add_norm, 1e-5},
-      {"embedding", c_embedding, 1e-6},
+      {"embedding", c_embedding, 1e-6}, {"embedding-rep", c_embedding_rep, 1e-6},
+      {"embedding-big", c_embedding_big, 1e-6},
       {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
       {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
       {"attn-long", c_attn_long, 1e-5}, {"attn-qkv", c_attn_qkv, 1e-5},

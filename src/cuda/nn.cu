@@ -761,6 +761,50 @@ __global__ void emb_acc_k(const float *__restrict__ g, const int32_t *__restrict
   }
 }
 
+/* A small table (V * n <= EMB_SCAN_MAX: a character vocabulary) skips the sort: block v
+   scans all the ids itself, 32 at a time per warp, and adds the gradient rows of its
+   matches in position order from 0.0f, as emb_acc_k does (same bits); rows without a
+   match get zeros. One kernel instead of seven. Block 0 raises for the lowest bad id.
+   Warp w owns columns [w * 32 * EMB_COLS, ...), strided by the block's width. */
+#define EMB_SCAN_MAX ((int64_t)1 << 22)
+__global__ void emb_scan_acc_k(const float *__restrict__ g, const int32_t *__restrict__ idx,
+                               float *__restrict__ dt, int64_t n, int64_t V, int64_t C,
+                               rg_cuda_err *err, int node) {
+  int lane = threadIdx.x & 31;
+  int32_t v = (int32_t)blockIdx.x;
+  bool first_bad = blockIdx.x == 0 && threadIdx.x == 0;
+  for (int64_t c0 = 0; c0 < C; c0 += (int64_t)EMB_COLS * blockDim.x) {
+    float acc[EMB_COLS];
+#pragma unroll
+    for (int q = 0; q < EMB_COLS; q++) acc[q] = 0.f;
+    for (int64_t p0 = 0; p0 < n; p0 += 32) {
+      bool in = p0 + lane < n;
+      int32_t id = in ? idx[p0 + lane] : 0;
+      unsigned hit = __ballot_sync(FULL, in && id == v);
+      unsigned bad = __ballot_sync(FULL, in && (id < 0 || id >= V));
+      if (bad && first_bad) {
+        int64_t p = p0 + __ffs(bad) - 1;
+        rg_cuda_raise(err, RG_CUDA_E_INDEX, node, idx[p], p, V);
+        first_bad = false;
+      }
+      while (hit) {
+        const float *row = g + (p0 + __ffs(hit) - 1) * C;
+        hit &= hit - 1;
+#pragma unroll
+        for (int q = 0; q < EMB_COLS; q++) {
+          int64_t c = c0 + threadIdx.x + (int64_t)q * blockDim.x;
+          if (c < C) acc[q] += row[c];
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < EMB_COLS; q++) {
+      int64_t c = c0 + threadIdx.x + (int64_t)q * blockDim.x;
+      if (c < C) dt[(int64_t)v * C + c] = acc[q];
+    }
+  }
+}
+
 /* Fallback when the sort does not fit in scratch: zero, then scatter-add with float
    atomics (correct, but the order of the adds - and so the rounding - can vary). */
 __global__ void zero_f32_k(float *__restrict__ a, int64_t n) {
@@ -1254,14 +1298,21 @@ rg_status rg_cuda_embedding(rg_kargs *k) {
   return rg_cuda_check_launch(k, "embedding");
 }
 
-/* Scratch: header, counts [V+1], offsets [V+1], bucket list [n], sorted list [n] (int32).
-   Without room for them (or with more than 2^31 positions) the float-atomic fallback runs. */
+/* A small table: emb_scan_acc_k alone. Else scratch: header, counts [V+1], offsets [V+1],
+   bucket list [n], sorted list [n] (int32). Without room for them (or with more than 2^31
+   positions) the float-atomic fallback runs. */
 rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const int32_t *idx = (const int32_t *)k->in[0].p;
   const float *g = (const float *)k->in[1].p;
   float *dt = (float *)k->out[0].p;
   int64_t V = k->out[0].dims[0], C = k->out[0].dims[1], n = k->in[0].n;
+  if (V > 0 && V <= 65535 && C > 0 && V * n <= EMB_SCAN_MAX) {
+    unsigned threads = (unsigned)min64(256, cdiv(C, 32 * EMB_COLS) * 32);
+    emb_scan_acc_k<<<(unsigned)V, threads, 0, L->stream>>>(g, idx, dt, n, V, C,
+                                                           rg_cuda_raiser(L), L->node);
+    return rg_cuda_check_launch(k, "embedding_bwd");
+  }
   if (L->scratch_bytes < HDR_BYTES) return no_scratch(k, HDR_BYTES);
   check_hdr *h = (check_hdr *)L->scratch;
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
