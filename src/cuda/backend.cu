@@ -156,11 +156,11 @@ static rg_status cuda_open(rg_ctx *ctx) {
     st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err), 0));
   if (st == RG_OK) {
     memset(s->err_host, 0, sizeof *s->err_host);
-    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->err_w, sizeof(rg_cuda_err)));
-    L->err = L->err_w;
+    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->err, sizeof(rg_cuda_err)));
   }
-  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemset(L->err_w, 0, sizeof(rg_cuda_err)));
-  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->ab, 2 * sizeof(float)));
+  if (st == RG_OK)
+    st = RG_CUDA_CHECK(ctx, cudaMemcpy(L->err, &rg_cuda_err_clean, sizeof(rg_cuda_err),
+                                       cudaMemcpyHostToDevice));
   const char *env = getenv("RG_PROFILE");
   s->prof = env && *env == '1';
   if (st != RG_OK) {
@@ -232,8 +232,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->lt_ws);
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);
-  cudaFree(L->err_w);
-  cudaFree(L->ab);
+  cudaFree(L->err);
   if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
@@ -311,9 +310,10 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
   rg_cuda_err e;
   memcpy(&e, (const void *)s->err_host, sizeof e); /* the stream was synchronised */
   if (!e.code) return RG_OK;
-  memset(s->err_host, 0, sizeof *s->err_host);
+  *s->err_host = rg_cuda_err_clean; /* pinned: the copy below is asynchronous */
   /* Stream-ordered before the next drain; a failure here shows in the next drain. */
-  (void)cudaMemsetAsync(s->L.err_w, 0, sizeof *s->err_host, s->L.stream);
+  (void)cudaMemcpyAsync(s->L.err, s->err_host, sizeof *s->err_host, cudaMemcpyHostToDevice,
+                        s->L.stream);
   *failed = first + (size_t)e.node;
   if (e.code == RG_CUDA_E_NONFINITE) {
     snprintf(msg, cap, "output %lld element %lld is %s (check_finite is on: this is the "
@@ -496,7 +496,6 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
                             size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   rg_kargs k;
-  s->L.ab_fresh = false;
   for (size_t i = first; i < last; i++) {
     const rg_node *n = &ctx->nodes[i];
     cudaError_t je = s->L.inflight && needs_join(ctx, n) ? rg_cuda_join(ctx, first, i)

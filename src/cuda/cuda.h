@@ -31,7 +31,12 @@ typedef struct rg_cuda_err {
   int code;       /* 0 = none; else a positive rg_cuda_errcode */
   int node;       /* index of the failing node within its drain */
   long long value, pos, limit;
+  /* matmul_acc's alpha and beta, read by cuBLASLt from here: {1, 1}, and alpha 0 from the
+     moment a fault is raised, so the gradient GEMMs after it add nothing (matmul.cu) */
+  float ab[2];
 } rg_cuda_err;
+/* The word with no fault: what every reset writes. */
+static const rg_cuda_err rg_cuda_err_clean = {0, 0, 0, 0, 0, {1.f, 1.f}};
 /* RG_CUDA_E_PEER: another rank raised a fault in this step (value = its rank), seen by
    an all-reduce (nccl.cu), so every rank skips the step's in-place updates alike.
    RG_CUDA_E_ABORT: written by the host when it aborts a step's all-reduces (nccl.cu), so
@@ -41,12 +46,7 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CU
 
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
-  const rg_cuda_err *err; /* device view of the error word, to read (to raise: rg_cuda_raiser) */
-  rg_cuda_err *err_w;     /* the same word, writable */
-  /* matmul_acc's {alpha, beta} (device): ab_fresh says they were computed after the last
-     launch that can raise a fault in this drain, so the next matmul_acc reuses them. */
-  float *ab;
-  bool ab_fresh;
+  rg_cuda_err *err;     /* device view of the error word */
   int node;             /* index of the node being launched, within its drain */
   void *scratch;        /* RG_CUDA_SCRATCH bytes of device scratch, 256-aligned */
   size_t scratch_bytes;
@@ -101,12 +101,6 @@ void rg_cuda_dist_unissued(rg_ctx *ctx, size_t failed, size_t last, char *msg, s
 
 /* The launch context of the node being run (set by the backend before each launcher). */
 static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch *)k->be; }
-/* The error word for a kernel that may raise a fault: what comes after it in the drain must
-   look at the word again (matmul_acc's scalars). */
-static inline rg_cuda_err *rg_cuda_raiser(rg_cuda_launch *L) {
-  L->ab_fresh = false;
-  return L->err_w;
-}
 
 #define RG_CUDA_DECL(E, n, s, ni, no) rg_status rg_cuda_##n(rg_kargs *k);
 RG_OPS(RG_CUDA_DECL)
@@ -138,6 +132,7 @@ rg_status rg_cuda_unsupported(rg_kargs *k, const char *what);
 __device__ inline void rg_cuda_raise(rg_cuda_err *e, int code, int node, long long value,
                                      long long pos, long long limit) {
   if (atomicCAS(&e->code, 0, code) == 0) {
+    e->ab[0] = 0.f;
     e->node = node;
     e->value = value;
     e->pos = pos;

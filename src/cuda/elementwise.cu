@@ -83,11 +83,11 @@ rg_status rg_cuda_check_finite(rg_kargs *k) {
     if (!o->p || o->dtype == RG_I32 || o->n == 0) continue;
     unsigned b = rg_cuda_blocks(o->n, THREADS);
     if (o->dtype == RG_F32)
-      finite_kernel<float><<<b, THREADS, 0, L->stream>>>((const float *)o->p, o->n, j, rg_cuda_raiser(L),
+      finite_kernel<float><<<b, THREADS, 0, L->stream>>>((const float *)o->p, o->n, j, L->err,
                                                          L->node);
     else
       finite_kernel<uint16_t><<<b, THREADS, 0, L->stream>>>((const uint16_t *)o->p, o->n, j,
-                                                            rg_cuda_raiser(L), L->node);
+                                                            L->err, L->node);
   }
   return rg_cuda_check_launch(k, "the finite check");
 }

@@ -11,8 +11,8 @@
  * in place (beta = 1) with alpha and beta read from device memory: alpha is 0 when a
  * kernel earlier in the drain raised a fault, so a failed step leaves the gradient exactly
  * as it was (every faulting kernel writes zeros, never garbage, so 0 * product stays 0).
- * The scalars are computed again only when a kernel that can raise (rg_cuda_raiser) ran
- * since the last matmul_acc: one small kernel a drain, not one a weight gradient.
+ * The scalars live in the error word (rg_cuda_err.ab), whose raise zeroes alpha: no
+ * kernel computes them.
  * linear_act applies ReLU or GELU in the epilogue (GELU also stores its input, the aux
  * matrix, for the backward pass); matmul_dgelu multiplies the product by GELU's
  * derivative at that stored input (cuBLASLt's DGELU epilogue, reading it as its aux).
@@ -286,27 +286,15 @@ rg_status rg_cuda_matmul(rg_kargs *k) {
   return RG_OK;
 }
 
-/* {alpha, beta} for matmul_acc: alpha 0 after a fault earlier in the drain, else 1. */
-__global__ void acc_scalars_k(const rg_cuda_err *err, float *ab) {
-  ab[0] = *(const volatile int *)&err->code ? 0.f : 1.f;
-  ab[1] = 1.f;
-}
-
 rg_status rg_cuda_matmul_acc(rg_kargs *k) {
-  rg_cuda_launch *L = rg_cuda_ctx(k);
+  const rg_cuda_launch *L = rg_cuda_ctx(k);
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   gemm_args g = {(int)k->node->i[0], (int)k->node->i[1], d->dims[0], d->dims[1], 0, a->p, b->p,
-                 d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, L->ab,
+                 d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, L->err->ab,
                  RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[0] : a->dims[1];
   if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
-  rg_status st = RG_OK;
-  if (!L->ab_fresh) { /* else no launch since the last ones could have raised a fault */
-    acc_scalars_k<<<1, 1, 0, L->stream>>>(L->err, L->ab);
-    st = rg_cuda_check_launch(k, "matmul_acc's scalars");
-    L->ab_fresh = st == RG_OK;
-  }
-  if (st == RG_OK) st = k_contiguous(k, &g);
+  rg_status st = k_contiguous(k, &g);
   return st == RG_OK ? gemm(k, &g) : st;
 }
 

@@ -230,7 +230,7 @@ rg_status rg_cuda_allreduce(rg_kargs *k) {
     st = RG_ERR_IO;
   }
   if (st == RG_OK) {
-    flag_out_k<<<1, 1, 0, L->comm_stream>>>(rg_cuda_raiser(L), L->flag, L->node);
+    flag_out_k<<<1, 1, 0, L->comm_stream>>>(L->err, L->flag, L->node);
     st = rg_cuda_check_launch(k, "the all-reduce's fault flag");
   }
   ce = cudaEventRecord(L->done, L->comm_stream); /* always: the join waits for what ran */
@@ -255,13 +255,16 @@ rg_status rg_cuda_allreduce(rg_kargs *k) {
 static rg_status give_up(rg_ctx *ctx, rg_cuda_launch *L, rg_status st, const char *text,
                          char *msg, size_t cap) {
   int code = RG_CUDA_E_ABORT;
-  (void)cudaMemcpy(&L->err_w->code, &code, sizeof code, cudaMemcpyHostToDevice);
+  float zero = 0.f; /* alpha too, as rg_cuda_raise writes it */
+  (void)cudaMemcpy(&L->err->code, &code, sizeof code, cudaMemcpyHostToDevice);
+  (void)cudaMemcpy(&L->err->ab[0], &zero, sizeof zero, cudaMemcpyHostToDevice);
   (void)ncclCommAbort((ncclComm_t)L->comm);
   L->comm = NULL;
   double stop = now_s() + DRAIN_STOP;
   while (cudaStreamQuery(L->stream) == cudaErrorNotReady && now_s() < stop) nap();
   bool stuck = cudaStreamQuery(L->stream) == cudaErrorNotReady;
-  if (!stuck) (void)cudaMemset(L->err_w, 0, sizeof *L->err_w);
+  if (!stuck)
+    (void)cudaMemcpy(L->err, &rg_cuda_err_clean, sizeof *L->err, cudaMemcpyHostToDevice);
   (void)cudaGetLastError();
   return rg__dist_fail(ctx, st, msg, cap, "%s%s", text, stuck ? " (this GPU did not stop "
                        "either: end this process)" : "");

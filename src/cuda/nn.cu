@@ -1294,7 +1294,7 @@ rg_status rg_cuda_embedding(rg_kargs *k) {
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
   ids_check_k<<<rg_cuda_blocks(n, THREADS), THREADS, 0, L->stream>>>(idx, n, V, h);
   emb_fwd_k<<<(unsigned)max64(1, min64(cdiv(n, 8), 1 << 20)), THREADS, 0, L->stream>>>(
-      (const float *)k->in[0].p, idx, (float *)k->out[0].p, n, C, V, h, rg_cuda_raiser(L), L->node);
+      (const float *)k->in[0].p, idx, (float *)k->out[0].p, n, C, V, h, L->err, L->node);
   return rg_cuda_check_launch(k, "embedding");
 }
 
@@ -1310,7 +1310,7 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   if (V > 0 && V <= 65535 && C > 0 && V * n <= EMB_SCAN_MAX) {
     unsigned threads = (unsigned)min64(256, cdiv(C, 32 * EMB_COLS) * 32);
     emb_scan_acc_k<<<(unsigned)V, threads, 0, L->stream>>>(g, idx, dt, n, V, C,
-                                                           rg_cuda_raiser(L), L->node);
+                                                           L->err, L->node);
     return rg_cuda_check_launch(k, "embedding_bwd");
   }
   if (L->scratch_bytes < HDR_BYTES) return no_scratch(k, HDR_BYTES);
@@ -1321,7 +1321,7 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
     if (n > 0) ids_check_k<<<rg_cuda_blocks(n, THREADS), THREADS, 0, L->stream>>>(idx, n, V, h);
     zero_f32_k<<<rg_cuda_blocks(V * C, THREADS), THREADS, 0, L->stream>>>(dt, V * C);
     emb_scatter_k<<<(unsigned)max64(1, min64(cdiv(n, 8), 1 << 20)), THREADS, 0, L->stream>>>(
-        g, idx, dt, n, C, V, h, rg_cuda_raiser(L), L->node);
+        g, idx, dt, n, C, V, h, L->err, L->node);
     return rg_cuda_check_launch(k, "embedding_bwd");
   }
   int32_t *counts = (int32_t *)((char *)L->scratch + HDR_BYTES), *offs = counts + (V + 1);
@@ -1334,7 +1334,7 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   emb_rank_k<<<pg, THREADS, 0, L->stream>>>(idx, n, V, offs, list, sorted);
   unsigned threads = (unsigned)min64(256, cdiv(C, 32) * 32);
   emb_acc_k<<<(unsigned)min64(V, 1 << 20), threads, 0, L->stream>>>(g, offs, sorted, dt, V, C,
-                                                                   idx, h, rg_cuda_raiser(L), L->node);
+                                                                   idx, h, L->err, L->node);
   return rg_cuda_check_launch(k, "embedding_bwd");
 }
 
@@ -1377,7 +1377,7 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
       ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
   });
   ce_final_k<<<1, 1024, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
-                                        (float *)k->out[0].p, stats, rg_cuda_raiser(L), L->node);
+                                        (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
 }
 
@@ -1395,13 +1395,13 @@ rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
       auto *dx = rg_cuda_ptr(&k->out[0], td);
       cudaStream_t s = L->stream;
       if (c.warp && v)
-        ce_bwd_k<true, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, rg_cuda_raiser(L), L->node);
+        ce_bwd_k<true, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
       else if (c.warp)
-        ce_bwd_k<true, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, rg_cuda_raiser(L), L->node);
+        ce_bwd_k<true, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
       else if (v)
-        ce_bwd_k<false, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, rg_cuda_raiser(L), L->node);
+        ce_bwd_k<false, true, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err, L->node);
       else
-        ce_bwd_k<false, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, rg_cuda_raiser(L),
+        ce_bwd_k<false, false, TX><<<c.grid, c.threads, 0, s>>>(a, gl, stats, dx, L->err,
                                                                 L->node);
     });
   });
