@@ -65,6 +65,9 @@ typedef struct rg_cuda_state {
 
 #define BOUNCE ((size_t)1 << 20)
 #define PROF_SKIP 2
+/* Last-block counters (cuda.h): one per column group of a column sum, so 4096 cover
+   524288 columns (131072 when C % 4 != 0); a wider sum takes two kernels instead. */
+#define COUNTERS 4096
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
@@ -161,6 +164,14 @@ static rg_status cuda_open(rg_ctx *ctx) {
   }
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemset(L->err_w, 0, sizeof(rg_cuda_err)));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->ab, 2 * sizeof(float)));
+  if (st == RG_OK)
+    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->counters, COUNTERS * sizeof(unsigned)));
+  /* zeroed on the stream (non-blocking: a plain cudaMemset would not be ordered before
+     its kernels) */
+  if (st == RG_OK)
+    st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->counters, 0, COUNTERS * sizeof(unsigned),
+                                            L->stream));
+  if (st == RG_OK) L->ncounters = COUNTERS;
   const char *env = getenv("RG_PROFILE");
   s->prof = env && *env == '1';
   if (st != RG_OK) {
@@ -234,6 +245,7 @@ static void cuda_close(rg_ctx *ctx) {
   if (s->err_host) cudaFreeHost(s->err_host);
   cudaFree(L->err_w);
   cudaFree(L->ab);
+  cudaFree(L->counters);
   if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
