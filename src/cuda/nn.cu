@@ -12,7 +12,8 @@
  *    group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
- *    adds them in order. Embedding's backward sorts positions by id (a counting sort made
+ *    adds them in order (the cross-entropy's: the last block of the first, cuda.h's
+ *    rg_cuda_last_block). Embedding's backward sorts positions by id (a counting sort made
  *    stable by ranking) and sums each table row in position order, as the CPU does.
  *  - Softmax-like rows subtract the row maximum (cross-entropy: the running one) before
  *    exp; normalisation takes the mean first and the variance of the centred values.
@@ -616,10 +617,11 @@ __global__ void ids_check_k(const int32_t *__restrict__ idx, int64_t n, int64_t 
   }
 }
 
-/* Called by one thread after the check kernel: reports its position, if any. */
+/* Called by one thread after the check kernel: reports its position, if any. A volatile
+   load: the check may have run in this kernel, on other SMs (cross-entropy's last block). */
 __device__ __forceinline__ void report_bad(const check_hdr *h, const int32_t *idx, int64_t V,
                                            int code, rg_cuda_err *err, int node) {
-  unsigned long long p = h->bad;
+  unsigned long long p = *(const volatile unsigned long long *)&h->bad;
   if (p != NO_BAD) rg_cuda_raise(err, code, node, idx[p], (long long)p, V);
 }
 
@@ -964,13 +966,52 @@ __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int 
   for (int w = 1; w < nw; w++) ms_merge(m, s, shm[w], shs[w]);
 }
 
+/* The sums of part[0, nb) and cnt[0, nb) (to .x and .y), each as a block of CE_FINAL
+   threads would add it (thread i adds [i], [i + CE_FINAL], ... in order; each warp's
+   butterfly; a butterfly over the warps' sums), computed by a block of THREADS, each
+   playing CE_FINAL / THREADS of those threads: the loss has the bits it had when a
+   separate kernel of 1024 threads added the partials. All the loads of a round are
+   independent, so they are in flight together. Every thread gets the sums; shs and shc
+   hold 32 doubles, unused since the last barrier. Read through L2 (__ldcg): other blocks
+   wrote the partials in this kernel (cuda.h). */
+#define CE_FINAL 1024
+static_assert(CE_FINAL == 32 * 32 && CE_FINAL % THREADS == 0, "a warp of warps' sums");
+__device__ double2 ce_final_sums(const double *part, const double *cnt, int nb, double *shs,
+                                 double *shc) {
+  constexpr int Q = CE_FINAL / THREADS;
+  double s[Q], c[Q];
+#pragma unroll
+  for (int q = 0; q < Q; q++) s[q] = c[q] = 0;
+#pragma unroll 2
+  for (int i = threadIdx.x; i < nb; i += CE_FINAL) {
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+      int e = i + q * THREADS;
+      if (e < nb) s[q] += __ldcg(part + e), c[q] += __ldcg(cnt + e);
+    }
+  }
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    s[q] = warp_sum(s[q]);
+    c[q] = warp_sum(c[q]);
+    if (lane == 0) shs[wid + q * (THREADS / 32)] = s[q], shc[wid + q * (THREADS / 32)] = c[q];
+  }
+  __syncthreads();
+  return make_double2(warp_sum(shs[lane]), warp_sum(shc[lane]));
+}
+
 /* Per block: the sum (double, rows in a fixed order) of max + log(sum) - x[t] over its
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
-   bad targets go to the check word. */
+   bad targets go to the check word. The last block (counter: a zero one of the context's)
+   adds the partials (ce_final_sums: an order fixed by nb): out = count ? sum / count : 0,
+   stats[N] = (count, 0); and reports the lowest bad target, every block's atomicMin on
+   the check word having come before its count. */
 template <bool WARP, bool V, class TX>
 __global__ void __launch_bounds__(THREADS, 4)
     ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
-             double *__restrict__ cnt) {
+             double *__restrict__ cnt, unsigned *counter, float *__restrict__ out,
+             rg_cuda_err *err, int node) {
   __shared__ double wl[32], wc[32];
   __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
@@ -1003,23 +1044,14 @@ __global__ void __launch_bounds__(THREADS, 4)
     part[blockIdx.x] = s;
     cnt[blockIdx.x] = c;
   }
-}
-
-/* Adds the nb partials in order: out = count ? sum / count : 0, stats[N] = (count, 0);
-   reports a bad target. Launched with 1024 threads: a few loads each. */
-__global__ void ce_final_k(const double *__restrict__ part, const double *__restrict__ cnt,
-                           int nb, const check_hdr *h, const int32_t *__restrict__ tg,
-                           int64_t N, int64_t C, float *__restrict__ out,
-                           float2 *__restrict__ stats, rg_cuda_err *err, int node) {
-  __shared__ double sh[32];
-  double s = 0, c = 0;
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i], c += cnt[i];
-  s = grp_sum<false>(s, sh);
-  c = grp_sum<false>(c, sh);
+  if (!rg_cuda_last_block(counter, gridDim.x)) return;
+  double2 sc = ce_final_sums(part, cnt, gridDim.x, wl, wc); /* wl, wc: read before */
+  double s = sc.x, c = sc.y;
   if (threadIdx.x == 0) {
-    report_bad(h, tg, C, RG_CUDA_E_TARGET, err, node);
+    report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
+    h->bad = NO_BAD; /* for the next launch (rg_cuda_launch.ce_check) */
     out[0] = c != 0 ? (float)(s / c) : 0.f;
-    stats[N] = make_float2((float)c, 0.f);
+    stats[a.N] = make_float2((float)c, 0.f);
   }
 }
 
@@ -1349,35 +1381,37 @@ static ce_args ce_shape(const rg_kargs *k) {
   return a;
 }
 
-/* Scratch: header, then per-block loss and count partials (doubles). A warp per row (8
-   rows a block) up to C = 1024, else a block of 256 per row. */
+/* Scratch: per-block loss and count partials (doubles); the check word is the context's
+   own (rg_cuda_launch.ce_check), left clean by the last block. A warp per row (8 rows a
+   block) up to C = 1024, else a block of 256 per row. One kernel: its last block adds the
+   partials (a second kernel cost ~2-4 us of launch, setting the word another). */
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
   bool warp = row_config(a.N, a.C).warp;
   int64_t nb = max64(1, min64(cdiv(a.N, warp ? 8 : 1), CE_BLOCKS)); /* fixed by the shapes */
-  size_t need = HDR_BYTES + 2 * (size_t)nb * sizeof(double);
+  size_t need = 2 * (size_t)nb * sizeof(double);
   if (need > L->scratch_bytes) return no_scratch(k, need);
-  check_hdr *h = (check_hdr *)L->scratch;
-  double *part = (double *)((char *)L->scratch + HDR_BYTES), *cnt = part + nb;
+  check_hdr *h = (check_hdr *)L->ce_check;
+  double *part = (double *)L->scratch, *cnt = part + nb;
   float2 *stats = (float2 *)k->out[1].p;
   bool v = aligned16(a.x); /* head, 8-element groups and tail */
-  hdr_init_k<<<1, 1, 0, L->stream>>>(h);
+  float *out = (float *)k->out[0].p;
+  rg_cuda_err *err = L->err;
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     typedef typename decltype(tx)::type TX;
-    unsigned g = (unsigned)nb;
+    unsigned g = (unsigned)nb, *ct = L->counters;
     cudaStream_t s = L->stream;
+    int n = L->node;
     if (warp && v)
-      ce_fwd_k<true, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+      ce_fwd_k<true, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
     else if (warp)
-      ce_fwd_k<true, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+      ce_fwd_k<true, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
     else if (v)
-      ce_fwd_k<false, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+      ce_fwd_k<false, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
     else
-      ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt);
+      ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
   });
-  ce_final_k<<<1, 1024, 0, L->stream>>>(part, cnt, (int)nb, h, a.tg, a.N, a.C,
-                                        (float *)k->out[0].p, stats, L->err, L->node);
   return rg_cuda_check_launch(k, "cross_entropy");
 }
 

@@ -38,8 +38,13 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
 
 #define THREADS 256
 #define FULL 0xffffffffu
-/* Tensors per multi-tensor launch (the argument stays well under the 4 KB limit). */
-#define MT_MAX 32
+/* Tensors per multi-tensor launch: GPT-2's ~150 parameters in 2 launches (5 at 32). The
+   pack is one kernel argument (7.8 KB): since CUDA 12.1 a kernel's parameters may take
+   32,764 bytes on Volta and newer (4,096 before; the backend is built for sm_90), with
+   an R530 driver or newer (an older one refuses the launch, an error the launcher
+   reports). */
+#define MT_MAX 128
+#define PARAM_BYTES 32764
 /* Elements per block of a multi-tensor launch. */
 #define MT_CHUNK 4096
 /* Scratch bytes reserved for a launcher's header before any per-block partials. */
@@ -91,6 +96,9 @@ typedef struct mt_pack {
   int64_t numel[MT_MAX];
   int64_t first[MT_MAX + 1];
 } mt_pack;
+/* The pack and the few scalars and pointers a multi-tensor kernel takes besides it. */
+static_assert(CUDART_VERSION >= 12010 && sizeof(mt_pack) + 64 <= PARAM_BYTES,
+              "a multi-tensor launch's arguments exceed the kernel parameter limit");
 
 void mt_reset(mt_pack *pk, int64_t chunk) {
   memset(pk, 0, sizeof *pk);
@@ -109,11 +117,18 @@ void mt_add(mt_pack *pk, const rg_tv *const v[MT_ROLES]) {
 
 int64_t mt_blocks(const mt_pack *pk) { return pk->first[pk->n]; }
 
-/* This block's tensor and element range. */
+/* This block's tensor, the last i < n with first[i] <= b (a binary search: a linear one
+   would take up to MT_MAX dependent loads a block), and element range. */
 __device__ __forceinline__ int mt_locate(const mt_pack &pk, int64_t *lo, int64_t *hi) {
   int64_t b = blockIdx.x;
-  int i = 0;
-  while (i + 1 < pk.n && pk.first[i + 1] <= b) i++;
+  int i = 0, j = pk.n - 1;
+  while (i < j) {
+    int m = (i + j + 1) / 2;
+    if (pk.first[m] <= b)
+      i = m;
+    else
+      j = m - 1;
+  }
   *lo = (b - pk.first[i]) * pk.chunk;
   *hi = min(pk.numel[i], *lo + pk.chunk);
   return i;
