@@ -764,46 +764,68 @@ __global__ void emb_acc_k(const float *__restrict__ g, const int32_t *__restrict
 }
 
 /* A small table (V * n <= EMB_SCAN_MAX: a character vocabulary) skips the sort: block v
-   scans all the ids itself, 32 at a time per warp, and adds the gradient rows of its
-   matches in position order from 0.0f, as emb_acc_k does (same bits); rows without a
-   match get zeros. One kernel instead of seven. Block 0 raises for the lowest bad id.
-   Warp w owns columns [w * 32 * EMB_COLS, ...), strided by the block's width. */
+   finds its row's positions itself. Its EMB_WARPS warps take the positions in EMB_WARPS
+   contiguous runs, 32 ids a ballot; a warp adds its matches' gradient rows in position
+   order from 0.0f (lane l owns columns l, l + 32, ... of a pass of 32 * EMB_COLS), and the
+   warps' sums are added in warp order: an order fixed by n, so the bits repeat (they
+   differ from the CPU's single run by float rounding). Rows without a match get zeros.
+   One kernel instead of seven. Block 0 raises for the lowest bad id. */
 #define EMB_SCAN_MAX ((int64_t)1 << 22)
-__global__ void emb_scan_acc_k(const float *__restrict__ g, const int32_t *__restrict__ idx,
-                               float *__restrict__ dt, int64_t n, int64_t V, int64_t C,
-                               rg_cuda_err *err, int node) {
-  int lane = threadIdx.x & 31;
+#define EMB_WARPS 8
+__global__ void __launch_bounds__(32 * EMB_WARPS)
+    emb_scan_acc_k(const float *__restrict__ g, const int32_t *__restrict__ idx,
+                   float *__restrict__ dt, int64_t n, int64_t V, int64_t C, rg_cuda_err *err,
+                   int node) {
+  __shared__ float part[EMB_WARPS][32 * EMB_COLS];
+  __shared__ int64_t bad_at[EMB_WARPS];
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   int32_t v = (int32_t)blockIdx.x;
-  bool first_bad = blockIdx.x == 0 && threadIdx.x == 0;
-  for (int64_t c0 = 0; c0 < C; c0 += (int64_t)EMB_COLS * blockDim.x) {
+  int64_t run = (n + EMB_WARPS - 1) / EMB_WARPS, p_lo = min(n, w * run);
+  int64_t p_hi = min(n, p_lo + run);
+  if (blockIdx.x == 0) { /* the lowest bad position: each warp its run's first, then min */
+    int64_t first = -1;
+    for (int64_t p0 = p_lo; p0 < p_hi && first < 0; p0 += 32) {
+      bool in = p0 + lane < p_hi;
+      int32_t id = in ? idx[p0 + lane] : 0;
+      unsigned bad = __ballot_sync(FULL, in && (id < 0 || id >= V));
+      if (bad) first = p0 + __ffs(bad) - 1;
+    }
+    if (lane == 0) bad_at[w] = first;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int k = 0; k < EMB_WARPS; k++)
+        if (bad_at[k] >= 0) {
+          rg_cuda_raise(err, RG_CUDA_E_INDEX, node, idx[bad_at[k]], bad_at[k], V);
+          break;
+        }
+  }
+  for (int64_t c0 = 0; c0 < C; c0 += 32 * EMB_COLS) {
     float acc[EMB_COLS];
 #pragma unroll
     for (int q = 0; q < EMB_COLS; q++) acc[q] = 0.f;
-    for (int64_t p0 = 0; p0 < n; p0 += 32) {
-      bool in = p0 + lane < n;
-      int32_t id = in ? idx[p0 + lane] : 0;
-      unsigned hit = __ballot_sync(FULL, in && id == v);
-      unsigned bad = __ballot_sync(FULL, in && (id < 0 || id >= V));
-      if (bad && first_bad) {
-        int64_t p = p0 + __ffs(bad) - 1;
-        rg_cuda_raise(err, RG_CUDA_E_INDEX, node, idx[p], p, V);
-        first_bad = false;
-      }
+    for (int64_t p0 = p_lo; p0 < p_hi; p0 += 32) {
+      bool in = p0 + lane < p_hi;
+      unsigned hit = __ballot_sync(FULL, in && idx[p0 + lane] == v);
       while (hit) {
         const float *row = g + (p0 + __ffs(hit) - 1) * C;
         hit &= hit - 1;
 #pragma unroll
         for (int q = 0; q < EMB_COLS; q++) {
-          int64_t c = c0 + threadIdx.x + (int64_t)q * blockDim.x;
+          int64_t c = c0 + lane + 32 * q;
           if (c < C) acc[q] += row[c];
         }
       }
     }
 #pragma unroll
-    for (int q = 0; q < EMB_COLS; q++) {
-      int64_t c = c0 + threadIdx.x + (int64_t)q * blockDim.x;
-      if (c < C) dt[(int64_t)v * C + c] = acc[q];
+    for (int q = 0; q < EMB_COLS; q++) part[w][lane + 32 * q] = acc[q];
+    __syncthreads();
+    for (int j = threadIdx.x; j < 32 * EMB_COLS; j += blockDim.x) {
+      int64_t c = c0 + j;
+      float sum = 0.f;
+      for (int k = 0; k < EMB_WARPS; k++) sum += part[k][j];
+      if (c < C) dt[(int64_t)v * C + c] = sum;
     }
+    __syncthreads();
   }
 }
 
@@ -1340,9 +1362,8 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   float *dt = (float *)k->out[0].p;
   int64_t V = k->out[0].dims[0], C = k->out[0].dims[1], n = k->in[0].n;
   if (V > 0 && V <= 65535 && C > 0 && V * n <= EMB_SCAN_MAX) {
-    unsigned threads = (unsigned)min64(256, cdiv(C, 32 * EMB_COLS) * 32);
-    emb_scan_acc_k<<<(unsigned)V, threads, 0, L->stream>>>(g, idx, dt, n, V, C,
-                                                           L->err, L->node);
+    emb_scan_acc_k<<<(unsigned)V, 32 * EMB_WARPS, 0, L->stream>>>(g, idx, dt, n, V, C,
+                                                                  L->err, L->node);
     return rg_cuda_check_launch(k, "embedding_bwd");
   }
   if (L->scratch_bytes < HDR_BYTES) return no_scratch(k, HDR_BYTES);

@@ -7,15 +7,14 @@
  *  - Sums accumulate in double, like the CPU, and in an order fixed by the shapes (and the
  *    backend's scratch size): per-thread strided partials, a fixed tree per block, and for
  *    long reductions per-segment partials in scratch added in segment order by a second
- *    kernel (a column sum's by the last block of the first: cuda.h, rg_cuda_last_block).
- *    No float atomics, so a result is bit-identical from run to run.
+ *    kernel. No float atomics, so a result is bit-identical from run to run.
  *  - Every sum is described the same way: x's axes of size > 1 split into "kept" (they
  *    index the output, row-major) and "reduced" (summed away), adjacent axes merged when
  *    contiguous. A one-axis sum is x as [outer, len, inner] with len reduced; sum_to keeps
  *    the axes out keeps. Kernels pick coalesced access from the innermost x axis: kept
  *    (threads over outputs) or reduced (threads over one output's reduced run). x as a
- *    contiguous [R, C] summed over R (a bias gradient) has its own kernel (col_sum), whose
- *    two-kernel form's second pass, rg_cuda_col_final, other files' column sums share.
+ *    contiguous [R, C] summed over R (a bias gradient) has its own two passes (col_sum),
+ *    whose second, rg_cuda_col_final, other files' column sums share.
  *  - The sums (sum, mean, sum_to, sum_to_acc) read x as F32 or BF16 (a gradient under
  *    bf16 autocast), widened exactly; their outputs are F32. The kernels are instantiated
  *    per x type; the F32 ones are the kernels as they were.
@@ -237,24 +236,17 @@ __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64
    four (512 coalesced bytes a row, 256 of bf16; 32 elements where C % 4 != 0), and the
    rows are cut into chunks so that the grid has about CP_BLOCKS blocks whatever C is.
    Each block adds its chunk (a fixed split over its CP_Y row threads, added in order) to
-   a row of double partials [nchunk][C]; the last block of a column group to finish
-   (cuda.h: rg_cuda_last_block, a counter per group) adds the group's chunks in a fixed
-   order, so the sum is one kernel: a second one cost ~2-4 us of launch in a graph, more
-   than the adding. The chunking depends only on R and C, the adding order on nchunk and
-   V, so results repeat bit for bit. The last block reads its group's partials alone, on
-   one SM, up to 16 loads a thread in flight: so at most CP_LAST_LOADS a thread (128 KB,
-   a few L2 round trips), and a counter a group; past either (many rows of few columns,
-   or more groups than counters) col_final_k adds them over more SMs in a second kernel.
-   Expected on [4096, 256]: 4 MB read by 256 blocks, 256 KB of partials, 128 KB a last
-   block, one kernel (~2-4 us instead of 23). At most CP_ONE_ROWS rows are one chunk (32
-   rows a row thread), also one kernel, with no partials. */
+   a row of double partials [nchunk][C]; col_final_k adds the chunks in a fixed order. The
+   chunking depends only on R and C, so results repeat bit for bit. Expected on
+   [4096, 256]: 4 MB read by 256 blocks, 256 KB of partials, two short kernels (~2-4 us
+   instead of 23). At most CP_ONE_ROWS rows are one chunk (32 rows a row thread): a small
+   batch's bias gradient is then one kernel, its launch the larger cost. */
 
 #define CP_Y 8         /* row threads per block of col_part_k */
 #define CP_BLOCKS 512  /* about 4 blocks per SM on a 132-SM GPU (a constant: see above) */
 #define CP_MIN_ROWS 32 /* rows per chunk at least: 4 per row thread */
 #define CP_ONE_ROWS 256 /* rows summed in one chunk (one kernel) whatever C is */
 #define CF_Y 32        /* chunk threads per column in col_final_k */
-#define CP_LAST_LOADS 64 /* partials a thread of col_part_k's last block reads at most */
 
 template <class TX> __device__ __forceinline__ void add_cols(const TX *p, double (&s)[1]) {
   s[0] += rg_ld(p, 0);
@@ -266,13 +258,11 @@ template <class TX> __device__ __forceinline__ void add_cols(const TX *p, double
 
 /* Block (x, y): columns [x * 32V, (x+1) * 32V), rows [y * rchunk, (y+1) * rchunk). Lane tx
    owns V consecutive columns; row thread ty takes rows ty, ty + CP_Y, ... of the chunk.
-   With part == NULL (one chunk) the block writes the results itself; with cnt (counters
-   per column group, zero) the last block of column group x adds its chunks' partials
-   (see below), else rg_cuda_col_final does in a second kernel. */
+   With part == NULL (one chunk) the block writes the results itself. */
 template <int V, class TX>
 __global__ void col_part_k(const TX *__restrict__ x, int64_t R, int64_t C, int64_t rchunk,
                            double *__restrict__ part, double div, float *__restrict__ out,
-                           const rg_cuda_err *acc, unsigned *cnt) {
+                           const rg_cuda_err *acc) {
   __shared__ double sh[CP_Y][32 * V + 1];
   int tx = threadIdx.x, ty = threadIdx.y;
   int64_t cb = (int64_t)blockIdx.x * 32 * V, c0 = cb + tx * V;
@@ -289,31 +279,11 @@ __global__ void col_part_k(const TX *__restrict__ x, int64_t R, int64_t C, int64
   __syncthreads();
   int t = ty * 32 + tx; /* 256 threads, at most 128 columns: one each */
   int64_t c = cb + t;
-  if (t < 32 * V && c < C) {
-    double sum = 0;
-#pragma unroll
-    for (int j = 0; j < CP_Y; j++) sum += sh[j][t];
-    seg_out(part, blockIdx.y, C, c, sum, div, out, acc);
-  }
-  if (!part || !cnt || !rg_cuda_last_block(cnt + blockIdx.x, gridDim.y)) return;
-  /* The last block of the group: NS threads a column, thread q adding chunks q, q + NS,
-     ... in order, then the NS sums added in order: fixed by the grid, whichever block
-     runs it. Read through L2 (__ldcg): other SMs wrote them in this kernel (cuda.h). */
-  constexpr int NS = CP_Y / V;
-  int j = t % (32 * V), q = t / (32 * V);
-  c = cb + j;
-  double s2 = 0;
-  if (c < C) {
-#pragma unroll 16
-    for (int64_t g = q; g < gridDim.y; g += NS) s2 += __ldcg(part + g * C + c);
-  }
-  sh[q][j] = s2; /* sh's reads above finished at rg_cuda_last_block's barriers */
-  __syncthreads();
-  if (q != 0 || c >= C) return;
+  if (t >= 32 * V || c >= C) return;
   double sum = 0;
 #pragma unroll
-  for (int k = 0; k < NS; k++) sum += sh[k][j];
-  rg_cuda_put(out, c, sum, div, acc);
+  for (int j = 0; j < CP_Y; j++) sum += sh[j][t];
+  seg_out(part, blockIdx.y, C, c, sum, div, out, acc);
 }
 
 /* Column c of part [nchunk][ncol]: thread ty adds chunks ty, ty + CF_Y, ..., then the
@@ -357,16 +327,12 @@ rg_status col_sum(rg_kargs *k, const TX *x, int64_t R, int64_t C, double div, fl
     return RG_ERR_UNSUPPORTED;
   }
   double *part = nchunk > 1 ? (double *)L->scratch : NULL;
-  /* The last block adds the chunks when there is a counter for every column group and
-     its threads have at most CP_LAST_LOADS partials each to read. */
-  bool last = part && gx <= L->ncounters && cdiv(nchunk, CP_Y / (v4 ? 4 : 1)) <= CP_LAST_LOADS;
-  unsigned *cnt = last ? L->counters : NULL;
   dim3 grid((unsigned)gx, (unsigned)nchunk), block(32, CP_Y);
   if (v4)
-    col_part_k<4><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc, cnt);
+    col_part_k<4><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc);
   else
-    col_part_k<1><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc, cnt);
-  if (part && !last) rg_cuda_col_final(L, part, nchunk, C, C, div, out, NULL, acc, NULL);
+    col_part_k<1><<<grid, block, 0, L->stream>>>(x, R, C, rchunk, part, div, out, acc);
+  if (part) rg_cuda_col_final(L, part, nchunk, C, C, div, out, NULL, acc, NULL);
   return RG_OK;
 }
 
