@@ -67,7 +67,7 @@ typedef struct rg_cuda_state {
 #define PROF_SKIP 2
 /* Last-block counters (cuda.h): one per column group of a column sum, so 4096 cover
    524288 columns (131072 when C % 4 != 0); a wider sum takes two kernels instead. */
-#define COUNTERS 4096
+#define COUNTERS 64
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
