@@ -555,6 +555,59 @@ static void test_gpt(void) {
 
 /* ---- misuse ------------------------------------------------------------------------------ */
 
+/* A projection added into a residual stream that a layernorm reads (ADD_LAYERNORM):
+   the norm's backward writes the projection's gradient rounded to BF16 beside dx, and
+   the projection's rule uses it instead of recording a CAST. Against the same model with
+   rg_retain_grad on the projection's output (F32 gradient, then the CAST): the weight,
+   input and residual gradients have the same bits (the same rounded factors), the bias
+   gradient differs only by summing rounded values (as autocast's does), one node fewer. */
+static void test_norm_copy(void) {
+  float *got[2][4] = {{NULL}};
+  uint64_t nodes[2] = {0, 0};
+  int64_t bd = 16;
+  for (int apart = 0; apart < 2; apart++) {
+    rg_ctx *c = NULL;
+    rg_open(&c, &(rg_options){.device = RG_DEVICE_CPU, .quiet = 1, .seed = 5, .bf16 = 1});
+    if (!c) return;
+    rg_init u = {RG_INIT_UNIFORM, -1, 1};
+    rg_tensor r = rg_param(c, "r", RG_F32, D3(2, 3, 16), u);
+    rg_tensor x = rg_param(c, "x", RG_F32, D3(2, 3, 8), u);
+    rg_tensor w = rg_param(c, "w", RG_F32, D2(16, 8), u), b = rg_param(c, "b", RG_F32, 1, &bd, u);
+    rg_stats s0, s1;
+    rg_stats_get(c, &s0);
+    rg_tensor h = rg_linear(c, x, w, b);
+    if (apart) CHECK_ST(c, rg_retain_grad(c, h), RG_OK);
+    rg_tensor y = rg_layernorm(c, rg_add(c, r, h), RG_NONE, RG_NONE, 1e-5f);
+    rg_tensor l = rg_sum(c, rg_mul(c, y, rand_input(c, 9, NULL, D3(2, 3, 16))), RG_ALL_AXES, 0);
+    CHECK_ST(c, rg_backward(c, l), RG_OK);
+    rg_stats_get(c, &s1);
+    nodes[apart] = s1.nodes_recorded - s0.nodes_recorded;
+    rg_tensor t[4] = {rg_grad(c, w), rg_grad(c, x), rg_grad(c, r), rg_grad(c, b)};
+    for (int i = 0; i < 4; i++) got[apart][i] = values(c, t[i], "a gradient");
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  static const char *const what[4] = {"dw", "dx", "dr", "db"};
+  static const int64_t n[4] = {128, 48, 96, 16};
+  for (int i = 0; i < 4; i++) {
+    if (!got[0][i] || !got[1][i]) continue;
+    double d = 0, m = 0;
+    for (int64_t e = 0; e < n[i]; e++)
+      d = fmax(d, fabs((double)got[0][i][e] - got[1][i][e])), m = fmax(m, fabs(got[1][i][e]));
+    if (i < 3)
+      CHECK(!memcmp(got[0][i], got[1][i], (size_t)n[i] * sizeof(float)), "norm's bf16 copy: "
+            "%s differs from the CAST path (max diff %.3g)", what[i], d);
+    else /* 6 rows of values rounded to 8 bits: within 6 * 2^-9 of the largest */
+      CHECK(d <= m * 6 / 512 && d > 0, "norm's bf16 copy: db off by %.3g (max %.3g), want "
+            "a rounding-sized nonzero difference", d, m);
+  }
+  CHECK(nodes[1] == nodes[0] + 1, "norm's bf16 copy: %llu nodes, %llu with the CAST",
+        (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
+  for (int a = 0; a < 2; a++)
+    for (int i = 0; i < 4; i++) free(got[a][i]);
+  printf("norm copy  %s  weight, input and residual gradients bit-identical, one node fewer\n",
+         failed() ? "FAIL" : "PASS");
+}
+
 static void expect_misuse(rg_ctx *ctx, rg_tensor r, const char *call, const char *needle) {
   CHECK(r.id == 0 && rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, call) &&
             msg_has(ctx, needle),
@@ -602,6 +655,7 @@ int main(void) {
   test_autocast();
   test_activations();
   test_shadow();
+  test_norm_copy();
   test_gpt();
   test_misuse();
   return finish();

@@ -294,7 +294,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     bool ln = n->op == RG_OP_LAYERNORM;
     uint32_t gamma = n->in[1], beta = ln ? n->in[2] : 0;
     rg_shape c = {RG_F32, 1, {sx.dims[sx.ndim - 1]}}, none = {0, -1, {0}};
-    rg_shape outs[RG_MAX_OUT] = {sx, gamma ? c : none, beta ? c : none};
+    rg_shape outs[RG_MAX_OUT] = {sx, gamma ? c : none, beta ? c : none, none};
     uint32_t in[RG_MAX_IN] = {x, gamma, g, 0}, o[RG_MAX_OUT] = {0};
     if (rg__emit(ctx, ln ? RG_OP_LAYERNORM_BWD : RG_OP_RMSNORM_BWD, in, outs, NULL, f, NULL,
                  o) == RG_OK)
@@ -303,16 +303,23 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
   }
   case RG_OP_ADD_LAYERNORM: { /* s = a + b, y = layernorm(s): s's whole gradient is
                                  layernorm' of y's plus s's own (dx_in), a and b get it */
-    uint32_t gs = gout[0], gy = gout[1], tot = gs;
+    uint32_t gs = gout[0], gy = gout[1], tot = gs, tot16 = 0;
+    /* An addend that is a bf16 product's result (the projection into a residual stream)
+       takes its gradient rounded (bf16_grad), written by the norm's backward beside dx:
+       its product's rule then records no CAST of it. */
+    bool r0 = bf16_grad(ctx, x) && same_shape(sx, so);
+    bool r1 = bf16_grad(ctx, y) && same_shape(sy, so);
     if (gy) {
-      rg_shape c = {RG_F32, 1, {so.dims[so.ndim - 1]}}, none = {0, -1, {0}};
-      rg_shape outs[RG_MAX_OUT] = {so, n->in[2] ? c : none, n->in[3] ? c : none};
+      rg_shape c = {RG_F32, 1, {so.dims[so.ndim - 1]}}, none = {0, -1, {0}}, s16 = so;
+      s16.dtype = RG_BF16;
+      rg_shape outs[RG_MAX_OUT] = {so, n->in[2] ? c : none, n->in[3] ? c : none,
+                                   r0 || r1 ? s16 : none};
       uint32_t in[RG_MAX_IN] = {out, n->in[2], gy, 0, 0, gs}, o[RG_MAX_OUT] = {0};
       if (rg__emit(ctx, RG_OP_LAYERNORM_BWD, in, outs, NULL, f, NULL, o) != RG_OK) break;
-      tot = o[0], gin[2] = o[1], gin[3] = o[2];
+      tot = o[0], tot16 = o[3], gin[2] = o[1], gin[3] = o[2];
     }
-    gin[0] = sum_to(ctx, tot, sx);
-    gin[1] = sum_to(ctx, tot, sy);
+    gin[0] = r0 && tot16 ? tot16 : sum_to(ctx, tot, sx);
+    gin[1] = r1 && tot16 ? tot16 : sum_to(ctx, tot, sy);
     break;
   }
   case RG_OP_EMBEDDING: gin[0] = op1(ctx, RG_OP_EMBEDDING_BWD, y, g, 0, sx, NULL, NULL); break;

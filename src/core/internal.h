@@ -18,7 +18,7 @@
 #include <stdbool.h>
 
 #define RG_MAX_IN 6 /* ATTENTION_BWD: q, k, v, o, g, lse */
-#define RG_MAX_OUT 3
+#define RG_MAX_OUT 4
 #define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };

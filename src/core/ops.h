@@ -89,7 +89,9 @@
  *            and out[2] likewise: rg_backward folds a parameter's ACCUM into the node this
  *            way. With dx_in (F32, x's shape) dx is the computed one + dx_in, rounded as
  *            an ADD of the two: rg_backward folds the sum of x's gradients (a residual
- *            stream's) into the node so.
+ *            stream's) into the node so. out[3] (opt, BF16) is dx rounded as well: the
+ *            gradient of a bf16 product's result that the residual add hands dx on to
+ *            (rg_backward asks for it in place of a CAST of dx).
  *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt, unused, dx_in opt; f[0]) -> dx, dgamma
  *            [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
@@ -180,7 +182,7 @@
   X(MAX_BWD, max_bwd, "rg_max'", 2, 1)                        \
   X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1)            \
   X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1)\
-  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 3)      \
+  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 4)      \
   X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 6, 2)            \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
   X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \

@@ -246,6 +246,7 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
     }
   }
   const float *dx_in = k->in[5].p; /* added into dx (a folded gradient sum, ops.h) */
+  float *dx16 = k->out[3].p;        /* run_widened's F32 view of the BF16 copy of dx */
 #pragma omp parallel for num_threads(nt) if(par) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     norm_stats s = row_stats(x + r * C, C, eps, centre);
@@ -253,6 +254,7 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
     if (!dx) continue;
     norm_dx_row(x + r * C, gamma, g + r * C, dx + r * C, C, s, centre);
     for (int64_t c = 0; dx_in && c < C; c++) dx[r * C + c] += dx_in[r * C + c];
+    if (dx16) memcpy(dx16 + r * C, dx + r * C, (size_t)C * sizeof *dx16); /* rounded later */
   }
   if (params) {
     int64_t nblk = (C + CB - 1) / CB;

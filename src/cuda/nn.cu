@@ -352,6 +352,7 @@ typedef struct norm_args {
   double *part;          /* the backward's [gridDim.x][ncol] partials; NULL: no dgamma,
                             dbeta wanted */
   const float *dxin;     /* the backward's dx_in (added into dx, ops.h), or NULL */
+  rg_bf16 *out16;        /* the backward's dx rounded to BF16 as well (out[3]), or NULL */
 } norm_args;
 
 /* The lane's share of a row: float4 j is column group j*32 + lane, zeros past the row. */
@@ -505,6 +506,11 @@ __global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_ar
         dx[0] += d.x, dx[1] += d.y, dx[2] += d.z, dx[3] += d.w;
       }
       if (dr) dr[q] = make_float4(dx[0], dx[1], dx[2], dx[3]);
+      if (a.out16) {
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)(a.out16 + r * C) + 2 * q;
+        o2[0] = __floats2bfloat162_rn(dx[0], dx[1]);
+        o2[1] = __floats2bfloat162_rn(dx[2], dx[3]);
+      }
       if (!a.part) continue;
       float4 t = ag[q];
       ag[q] = make_float4(t.x + g[0] * xh[0], t.y + g[1] * xh[1], t.z + g[2] * xh[2],
@@ -1193,7 +1199,7 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   if (k->in[0].n == 0 || C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
   int nv = norm_nv(C, x, NULL, y);
-  norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL, NULL};
+  norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL, NULL, NULL};
   rg_cuda_typed(k->out[0].dtype, [&](auto to) {
     typedef typename decltype(to)::type TO;
     if (centre)
@@ -1247,7 +1253,7 @@ rg_status rg_cuda_add_layernorm(rg_kargs *k) {
   if (nv && k->out[0].n) {
     rg_cuda_launch *L = rg_cuda_ctx(k);
     norm_args a = {(const float *)pa->p, (const float *)k->in[2].p, (const float *)k->in[3].p,
-                   NULL, k->out[1].p, k->out[0].n / C, C, 0, k->node->f[0], NULL, NULL};
+                   NULL, k->out[1].p, k->out[0].n / C, C, 0, k->node->f[0], NULL, NULL, NULL};
     unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
     float *s = (float *)k->out[0].p;
     rg_cuda_typed(pb->dtype, [&](auto tb) {
@@ -1291,12 +1297,14 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
   int64_t R = k->in[0].n / C;
   bool params = dgamma || dbeta;
   const float *dxin = (const float *)k->in[5].p; /* dx_in (ops.h) */
+  rg_bf16 *dx16 = (rg_bf16 *)k->out[3].p; /* LAYERNORM_BWD's rounded copy of dx (ops.h) */
   int nv = !dxin || rows4(C, dxin, NULL) ? norm_bwd_nv(C, x, g, dx, gamma) : 0;
+  if (dx16 && ((uintptr_t)dx16 & 7)) nv = 0; /* 4 BF16 a store */
   int64_t rchunk = max64(NORM_BWD_ROWS, cdiv(R, NORM_BWD_BLOCKS));
   int64_t nb = max64(1, cdiv(R, rchunk)), ncol = norm_ncol(C, centre);
   if (nv && (size_t)nb * (size_t)ncol * sizeof(double) <= L->scratch_bytes) {
     double *part = params ? (double *)L->scratch : NULL;
-    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part, dxin};
+    norm_args a = {x, gamma, NULL, g, dx, R, C, rchunk, eps, part, dxin, dx16};
     if (centre)
       launch_norm_bwd_warp<true>(L->stream, (unsigned)nb, a, nv);
     else
@@ -1331,6 +1339,12 @@ static rg_status norm_bwd(rg_kargs *k, bool centre) {
     if (pg)
       seg_final_k<<<rg_cuda_blocks(C, THREADS), THREADS, 0, L->stream>>>(
           pg, pb, nseg, C, dgamma, dbeta, gacc, bacc);
+  }
+  if (dx16 && dx) { /* the strided kernels write F32 only: the copy as a cast */
+    rg_kargs c = *k;
+    c.in[0] = k->out[0], c.out[0] = k->out[3];
+    rg_status st = rg_cuda_cast(&c);
+    if (st != RG_OK) return st;
   }
   return rg_cuda_check_launch(k, centre ? "layernorm_bwd" : "rmsnorm_bwd");
 }
