@@ -107,6 +107,15 @@ static bool reads(const rg_node *n, uint32_t ref) {
   return false;
 }
 
+/* Is tensor t (made by a node of the forward) read by exactly one node of the tape? Then
+   that node's rule gives t its whole gradient. */
+static bool one_reader(rg_ctx *ctx, uint32_t t) {
+  int readers = 0;
+  for (size_t k = rg__t(ctx, t)->node; k < ctx->tape_end && readers < 2; k++)
+    readers += reads(&ctx->nodes[k], t);
+  return readers == 1;
+}
+
 /* The persistent gradient a linear layer's weight w may add its gradient into at once:
    w's own when w is a parameter, or its parameter's when w is autocast's BF16 cast of one
    and this layer its one reader (the cast's rule would pass the gradient on unchanged);
@@ -118,10 +127,7 @@ static uint32_t weight_sink(rg_ctx *ctx, uint32_t w) {
   const rg_node *c = &ctx->nodes[t->node - 1];
   rg_tinfo *p = c->op == RG_OP_CAST ? rg__t(ctx, c->in[0]) : NULL;
   if (!p || !(p->flags & RG_T_PARAM) || p->dtype != RG_F32) return 0;
-  int readers = 0;
-  for (size_t k = t->node; k < ctx->tape_end && readers < 2; k++)
-    readers += reads(&ctx->nodes[k], w);
-  return readers == 1 ? p->grad : 0;
+  return one_reader(ctx, w) ? p->grad : 0;
 }
 
 /* The GELU LINEAR_ACT node that made x, when x's gradient can leave the GEMM that makes
@@ -137,10 +143,7 @@ static const rg_node *gelu_maker(rg_ctx *ctx, uint32_t x, int dt) {
   if (p->op != RG_OP_LINEAR_ACT || p->i[0] != RG_ACT_GELU || p->out[0] != x ||
       rg__t(ctx, p->out[1])->dtype != dt)
     return NULL;
-  int readers = 0;
-  for (size_t k = t->node; k < ctx->tape_end && readers < 2; k++)
-    readers += reads(&ctx->nodes[k], x);
-  return readers == 1 ? p : NULL;
+  return one_reader(ctx, x) ? p : NULL;
 }
 
 /* Was g (maybe through a reshape's view) made by the MATMUL_DGELU that read GELU input
