@@ -65,9 +65,6 @@ typedef struct rg_cuda_state {
 
 #define BOUNCE ((size_t)1 << 20)
 #define PROF_SKIP 2
-/* Last-block counters (cuda.h): one per column group of a column sum, so 4096 cover
-   524288 columns (131072 when C % 4 != 0); a wider sum takes two kernels instead. */
-#define COUNTERS 64
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
@@ -165,13 +162,11 @@ static rg_status cuda_open(rg_ctx *ctx) {
     st = RG_CUDA_CHECK(ctx, cudaMemcpy(L->err, &rg_cuda_err_clean, sizeof(rg_cuda_err),
                                        cudaMemcpyHostToDevice));
   if (st == RG_OK)
-    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->counters, COUNTERS * sizeof(unsigned)));
+    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->counter, sizeof(unsigned)));
   /* zeroed on the stream (non-blocking: a plain cudaMemset would not be ordered before
      its kernels) */
   if (st == RG_OK)
-    st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->counters, 0, COUNTERS * sizeof(unsigned),
-                                            L->stream));
-  if (st == RG_OK) L->ncounters = COUNTERS;
+    st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->counter, 0, sizeof(unsigned), L->stream));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->ce_check, 16));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->ce_check, 0xff, 16, L->stream));
   const char *env = getenv("RG_PROFILE");
@@ -246,7 +241,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);
   cudaFree(L->err);
-  cudaFree(L->counters);
+  cudaFree(L->counter);
   cudaFree(L->ce_check);
   if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);

@@ -47,13 +47,11 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CU
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
   rg_cuda_err *err;     /* device view of the error word */
-  /* ncounters unsigned ints (device), zero between kernels: a kernel whose blocks write
-     partials takes a counter per group of blocks, and the block that counts its group
-     complete adds the group's partials (the "last block"), saving a second launch. That
-     block puts its counter back to 0, so the next kernel, or the next replay of a captured
-     graph, finds every counter zero. Only kernels on stream use them, one at a time. */
-  unsigned *counters;
-  int ncounters;
+  /* A last-block counter (device, rg_cuda_last_block), zero between kernels: the blocks
+     of the cross-entropy forward count on it, and the last, which adds their partials
+     instead of a second kernel, puts it back to 0 for the next kernel or graph replay.
+     Only kernels on stream use it, one at a time. */
+  unsigned *counter;
   /* 16 bytes of all ones (device): the cross-entropy forward's check word (nn.cu), which
      its last block puts back, so it needs no kernel to set it before each use. */
   void *ce_check;
@@ -164,7 +162,7 @@ __device__ __forceinline__ void rg_cuda_put(float *out, int64_t e, double v, dou
 }
 
 /* The "last block" of a group of n blocks that each wrote partials to global memory and
-   count on *counter (a zero entry of rg_cuda_launch's counters): true, in every thread,
+   count on *counter (zero before, as rg_cuda_launch's counter is): true, in every thread,
    in the one block that arrives last, which then adds the group's partials itself instead
    of a second kernel doing it. Called by every thread of the block (it holds barriers),
    after its own writes. Why that block sees every partial:

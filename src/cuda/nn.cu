@@ -1031,7 +1031,7 @@ __device__ double2 ce_final_sums(const double *part, const double *cnt, int nb, 
 
 /* Per block: the sum (double, rows in a fixed order) of max + log(sum) - x[t] over its
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
-   bad targets go to the check word. The last block (counter: a zero one of the context's)
+   bad targets go to the check word. The last block (on the context's counter, zero)
    adds the partials (ce_final_sums: an order fixed by nb): out = count ? sum / count : 0,
    stats[N] = (count, 0); and reports the lowest bad target, every block's atomicMin on
    the check word having come before its count. */
@@ -1435,7 +1435,7 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_err *err = L->err;
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     typedef typename decltype(tx)::type TX;
-    unsigned g = (unsigned)nb, *ct = L->counters;
+    unsigned g = (unsigned)nb, *ct = L->counter;
     cudaStream_t s = L->stream;
     int n = L->node;
     if (warp && v)

@@ -332,8 +332,8 @@ __global__ void adam_k(mt_pack pk, const adam_hdr *hp) {
   void *pw = pk.p[0][i], *pm = pk.p[2][i], *pv = pk.p[3][i], *ps = pk.p[4][i];
   void *pg = pk.p[1][i];
   int dw = pk.dt[0][i], dg = pk.dt[1][i], dm = pk.dt[2][i], dv = pk.dt[3][i];
-  if (dw == RG_F32 && dg == RG_F32 && dm == RG_F32 && dv == RG_F32 && aligned(pw, 16) && aligned(pg, 16) && aligned(pm, 16) &&
-      aligned(pv, 16) && aligned(ps, 8) && lo % 4 == 0) {
+  if (dw == RG_F32 && dg == RG_F32 && dm == RG_F32 && dv == RG_F32 && aligned(pw, 16) &&
+      aligned(pg, 16) && aligned(pm, 16) && aligned(pv, 16) && aligned(ps, 8) && lo % 4 == 0) {
     float4 *w4 = (float4 *)pw, *g4 = (float4 *)pg, *m4 = (float4 *)pm, *v4 = (float4 *)pv;
     int64_t n4 = (hi - lo) / 4;
     for (int64_t q = lo / 4 + threadIdx.x; q < lo / 4 + n4; q += blockDim.x) {
