@@ -89,6 +89,14 @@
  * both at MR = 2 (the occupancy lost eats the loads saved). So the forward runs MR = 2
  * and the backward MR = 1. The backward's MR = 2 forms passed test_cuda on the H200
  * when forced; they stay as templates, not instantiated, for tuning on other GPUs.
+ * The backward is latency-bound (ncu: 2-3 warps a scheduler, under one eligible, tensor
+ * pipe ~25% busy), so at DM = 64 its kernels are fitted for more blocks an SM: kernel 1
+ * four (128 registers), kernel 2 three (168), where they had three and two; per call
+ * (ncu, same shape) 124 -> 116 us and 166 -> 141 us. Kernel 1 also makes delta from the
+ * loads of its g tile (gfill_delta) instead of a warp's serial pass over 16 rows of g and
+ * o: 167 -> 124 us. Holding kernel 1's q and g fragments in registers (as the forward
+ * holds q) measured no faster; splitting kernel 2's query tiles into two column blocks at
+ * MR = 1 measured slower (151 us).
  *
  * Forward, one block per (bh, query tile): online softmax over the key tiles up to the
  * diagonal (m = running max of the scaled scores, l = running sum of exp(s - m), the
@@ -119,19 +127,20 @@
  * Resources per block, shared memory in KB for DM = 64 / 128:
  *            forward              kernel 1                 kernel 2
  *   f32      68 / 116: Q K V P    85 / 149: Q G K V P      102 / 166: K V Q G Pt Dt
- *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V)    55 / 103: K V 2x(Q G Ls Dl)
+ *   bf16     45 / 85: Q 2x(K V)   54 / 102: Q G 2x(K V) Dl 55 / 103: K V 2x(Q G Ls Dl)
  *   MR = 2   54 / 102             72 / -                   73 / -
  * Above 48 KB each launch opts in. f32: at DM = 64 two blocks fit an SM, and
  * __launch_bounds__ caps registers at 128 for it; at DM = 128 one block fits, registers
  * are not capped (ptxas -v, nvcc 13, forward / kernel 1 / kernel 2: 122 / 128 / 128 and
  * 166 / 168 / 230, no spills). bf16 (an H100 / H200 SM: 64 K registers, 228 KB of shared
  * memory), registers used (ptxas -v, nvcc 13, no spills), forward / kernel 1 / kernel 2:
- *   MR = 1, DM = 64    150 / 168 / 234   three blocks an SM, two for kernel 2
+ *   MR = 1, DM = 64    127 / 128 / 165   four blocks an SM, three for kernel 2
  *   MR = 1, DM = 128   223 / 228 / 255   two blocks an SM
  *   MR = 2, DM = 64    249 / 255 / 250   two blocks an SM
  *   MR = 2, DM = 128   255 / - / -       two blocks an SM
- * At MR = 1 and DM = 64 the forward and kernel 1 are capped at 168 registers, for three
- * blocks (3 x 54 KB of shared memory fits); every other variant is capped for two (255).
+ * At MR = 1 and DM = 64 the forward and kernel 1 are capped at 128 registers, for four
+ * blocks (4 x 55 KB of shared memory fits), and kernel 2 at 168 for three (a fourth's
+ * 57 KB would not); every other variant is capped for two (255).
  * Capping the MR = 2 forward and kernel 1 at 168 for three blocks spills 100 and 194
  * bytes. The f32 loads of g are made 4 float4 a thread at a time, so they fit beside the
  * accumulators.
@@ -619,11 +628,11 @@ __global__ void __launch_bounds__(NT, MINB(DM))
 #define MT 128 /* threads per block of the mma kernels: 4 warps of 16 MR rows each */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
-/* Blocks per SM the register allocation must allow (see the header): at 16 rows a warp
-   the forward and kernel 1 fit 168 registers at DM = 64 (three blocks), else two blocks
-   (255); kernel 2 holds dk and dv and gets 255. */
-#define MMB(DM, MR) ((DM) == 64 && (MR) == 1 ? 3 : 2)
-#define MMB_KV 2
+/* Blocks per SM the register allocation must allow (see the header): at DM = 64 and 16
+   rows a warp, four for the forward and kernel 1 (128 registers), three for kernel 2
+   (168); else two (255). */
+#define MMB(DM, MR) ((DM) == 64 && (MR) == 1 ? 4 : 2)
+#define MMB_KV(DM) ((DM) == 64 ? 3 : 2)
 #define FC 4 /* float4 a thread loads per chunk of gfill */
 
 /* One m16n8 f32 accumulator tile: c[0], c[1] at row g, columns 2 q, 2 q + 1; c[2], c[3]
@@ -751,6 +760,49 @@ __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_
     for (int k = 0; k < FC; k++) {
       int i = (int)threadIdx.x + k * MT, r = r0 + i / (DM / 4), d = i % (DM / 4) * 4;
       if (r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned: d8 % 8 == 0 */
+    }
+  }
+}
+
+/* gfill for kernel 1, which also makes delta = sum_d g o of rows [0, n) (g unrounded, o
+   the forward's BF16 output widened; o has g's layout): each thread's 4 columns of a row
+   by one FMA chain, then the DM / 4 threads of the row, adjacent lanes of one warp, by a
+   butterfly, so the order is fixed. The row's first thread writes it to dsh[row] (shared)
+   and dg[row]. o is loaded with g, so all of a chunk's loads are in flight at once. */
+template <int DM, int R>
+__device__ __forceinline__ void gfill_delta(bf16 *dst, const float *src, const bf16 *o, int n,
+                                            int64_t ld, const att_dims &a, bf16 *cp,
+                                            float *dsh, float *dg) {
+  constexpr int RC = MT * FC * 4 / DM, LD = DM + 8, TPR = DM / 4;
+#pragma unroll
+  for (int r0 = 0; r0 < R; r0 += RC) {
+    float4 v[FC], w[FC];
+    fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
+#pragma unroll
+    for (int k = 0; k < FC; k++) {
+      int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
+      w[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r >= n || d >= a.D) continue;
+      const bf16 *p = o + r * ld + d;
+      if (a.vec) { /* rows on 4 elements, D % 4 == 0: 8 bytes, aligned */
+        uint2 u = *(const uint2 *)p;
+        w[k] = make_float4(lo2(u.x), hi2(u.x), lo2(u.y), hi2(u.y));
+      } else {
+        w[k].x = __bfloat162float(p[0]);
+        if (d + 1 < a.D) w[k].y = __bfloat162float(p[1]);
+        if (d + 2 < a.D) w[k].z = __bfloat162float(p[2]);
+        if (d + 3 < a.D) w[k].w = __bfloat162float(p[3]);
+      }
+    }
+    stash<DM, LD, MT>(dst + r0 * LD, v);
+#pragma unroll
+    for (int k = 0; k < FC; k++) {
+      int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
+      float part = fmaf(v[k].w, w[k].w, fmaf(v[k].z, w[k].z, fmaf(v[k].y, w[k].y, v[k].x * w[k].x)));
+#pragma unroll
+      for (int m = 1; m < TPR; m <<= 1) part += __shfl_xor_sync(FULL, part, m);
+      if (d == 0 && r < n) dsh[r] = dg[r] = part;
+      if (cp && r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned */
     }
   }
 }
@@ -1068,7 +1120,8 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
   constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR;
   extern __shared__ __align__(128) unsigned char att_sm[];
   bf16 *Qs = (bf16 *)att_sm, *Gs = Qs + MR * TS, *KV = Gs + MR * TS; /* buffer b: + 2 b TS */
-  const int w = (int)threadIdx.x >> 5, l = lane_(), g = l >> 2;
+  float *Dsh = (float *)(KV + 4 * TS); /* [64 MR]: the tile's delta */
+  const int w = (int)threadIdx.x >> 5, g = lane_() >> 2;
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, MR * TR, bh, t0, nq, nk);
@@ -1085,34 +1138,19 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
     bfill<DM, MR * TR>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
     if (nk > 0) kv_tile(0, 0);
   }
-  gfill<DM, MR * TR>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr);
-  /* delta = g.o from global memory (the forward's o; g unrounded), a row per warp step */
-  float dl[MR][2] = {}, lg[MR][2];
-  for (int i = 0; i < WR; i++) {
-    int r = WR * w + i;
-    float part = 0.f;
-    if (r < nq) {
-      const float *gr = io.g + goff + r * a.o.sr;
-      const bf16 *orow = (const bf16 *)io.o + goff + r * a.o.sr;
-      for (int d = l; d < a.D; d += 32) part = fmaf(gr[d], __bfloat162float(orow[d]), part);
-    }
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) part += __shfl_xor_sync(FULL, part, o);
-#pragma unroll
-    for (int j = 0; j < MR; j++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-        if (i == 16 * j + g + 8 * h) dl[j][h] = part;
-    if (l == 0 && r < nq) delta[row + r] = part;
-  }
+  gfill_delta<DM, MR * TR>(Gs, io.g + goff, (const bf16 *)io.o + goff, nq, a.o.sr, a,
+                           gc ? gc + row * a.d8 : nullptr, Dsh, delta + row);
+  if (!io.dq) return; /* uniform over the block */
+  __syncthreads(); /* Dsh is whole */
+  float dl[MR][2], lg[MR][2];
 #pragma unroll
   for (int j = 0; j < MR; j++)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       int r = WR * w + 16 * j + g + 8 * h;
+      dl[j][h] = r < nq ? Dsh[r] : 0.f;
       lg[j][h] = r < nq ? io.lse[row + r] * LOG2E : 0.f;
     }
-  if (!io.dq) return; /* uniform over the block */
   const float sl = a.scale * LOG2E;
   const int tw = t0 + WR * w; /* the warp's first row; the lane's are tw + 16 i + g + 8 h */
   acc8 dq[MR][DM / 8];
@@ -1166,7 +1204,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
    tile i + 1 fills the other. G tiles come from kernel 1's bf16 copy gc by cp.async, or
    when gc is NULL from f32 g, rounded here. */
 template <int DM, int MR>
-__global__ void __launch_bounds__(MT, MMB_KV)
+__global__ void __launch_bounds__(MT, MMB_KV(DM))
     att_bwd_kv_mma(const att_io io, const float *__restrict__ delta,
                    const bf16 *__restrict__ gc, const att_dims a) {
   constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR, QC = TR / MR;
@@ -1472,7 +1510,7 @@ template <int DM, int MR> rg_status fwd_mma(rg_kargs *k, const att_dims &a, cons
 template <int DM, int MR>
 rg_status bwd_q_mma(rg_kargs *k, const att_dims &a, const att_io &io, float *delta, bf16 *gc) {
   return launch_att(k, a, att_bwd_q_mma<DM, MR>, a.BH * cdiv(a.T, MR * TR), MT,
-                    msmem_bytes<DM>(2 * MR + 4, 0), io, delta, gc, a);
+                    msmem_bytes<DM>(2 * MR + 4, MR * TR), io, delta, gc, a);
 }
 template <int DM, int MR>
 rg_status bwd_kv_mma(rg_kargs *k, const att_dims &a, const att_io &io, const float *delta,
