@@ -23,6 +23,9 @@
  * The BF16 result y is cast to F32 before the sum (reductions take F32), one more pass
  * over y in both halves that the f32 mode does not make.
  *
+ * bench/torch_sdpa.py times PyTorch's fused attention (each SDPA backend) at the same
+ * shape, in bf16, for comparison.
+ *
  * TFLOP/s counts the useful work the way FlashAttention reports it: a forward pass is
  * 4 B H T S D flops (q k^T and p v), halved when causal; a backward pass is 2.5 times that
  * (five products), so forward + backward is 3.5 times the forward.
