@@ -17,7 +17,8 @@
 #              per op, printed by rg_close
 #   bandwidth  bench/bandwidth (bandwidth-bound ops against the device copy) and
 #              bench/attention (the fused attention at GPT-2 124M's shape: both layouts,
-#              and the qkv layout in bf16)
+#              and the qkv layout in bf16), then bench/torch_sdpa.py (PyTorch's fused
+#              attention at that shape, where PyTorch is installed)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
 set -uo pipefail
@@ -73,7 +74,9 @@ for stage in "$@"; do
     { $B/bandwidth && $B/attention 50 && $B/attention --qkv 50 &&
       $B/attention --qkv --bf16 50; } 2>&1 |
       tee "$out/bandwidth.log"
-    verdict bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+    verdict bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0))
+    python3 bench/torch_sdpa.py 2>&1 | tee "$out/torch_sdpa.log"
+    verdict torch_sdpa "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   compare)
     python3 bench/compare.py --torch-ref "$REF" --bin $B/workloads \
       --workloads "$(echo $WORKLOADS | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
