@@ -798,7 +798,8 @@ __device__ __forceinline__ void gfill_delta(bf16 *dst, const float *src, const b
 #pragma unroll
     for (int k = 0; k < FC; k++) {
       int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
-      float part = fmaf(v[k].w, w[k].w, fmaf(v[k].z, w[k].z, fmaf(v[k].y, w[k].y, v[k].x * w[k].x)));
+      float part = v[k].x * w[k].x;
+      part = fmaf(v[k].w, w[k].w, fmaf(v[k].z, w[k].z, fmaf(v[k].y, w[k].y, part)));
 #pragma unroll
       for (int m = 1; m < TPR; m <<= 1) part += __shfl_xor_sync(FULL, part, m);
       if (d == 0 && r < n) dsh[r] = dg[r] = part;
