@@ -93,7 +93,7 @@
  * pipe ~25% busy), so at DM = 64 its kernels are fitted for more blocks an SM: kernel 1
  * four (128 registers), kernel 2 three (168), where they had three and two; per call
  * (ncu, same shape) 124 -> 116 us and 166 -> 141 us. Kernel 1 also makes delta from the
- * loads of its g tile (gfill_delta) instead of a warp's serial pass over 16 rows of g and
+ * loads of its g tile (gfill's DELTA) instead of a warp's serial pass over 16 rows of g and
  * o: 167 -> 124 us. Holding kernel 1's q and g fragments in registers (as the forward
  * holds q) measured no faster; splitting kernel 2's query tiles into two column blocks at
  * MR = 1 measured slower (151 us).
@@ -745,41 +745,23 @@ __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t
    tile dst [R][DM + 8], zero past row n and past D, and with cp also into rows [0, n) of
    stride a.d8 at cp (columns [0, d8): zero past D). Synchronous, in chunks of FC float4 a
    thread (32 rows at DM = 64, 16 at DM = 128), so few loads are in flight beside the
-   callers' accumulators (up to 128 registers in kernel 2). */
-template <int DM, int R = TR>
+   callers' accumulators (up to 128 registers in kernel 2).
+   DELTA (kernel 1): also delta = sum_d g o of rows [0, n) (g unrounded, o the forward's
+   BF16 output widened; o has g's layout): each thread's 4 columns of a row by one FMA
+   chain, then the DM / 4 threads of the row, adjacent lanes of one warp, by a butterfly,
+   so the order is fixed. The row's first thread writes it to dsh[row] (shared) and
+   dg[row]. o is loaded with g, so all of a chunk's loads are in flight at once. */
+template <int DM, int R = TR, bool DELTA = false>
 __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_t ld,
-                                      const att_dims &a, bf16 *cp) {
-  constexpr int RC = MT * FC * 4 / DM, LD = DM + 8;
-#pragma unroll
-  for (int r0 = 0; r0 < R; r0 += RC) {
-    float4 v[FC];
-    fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
-    stash<DM, LD, MT>(dst + r0 * LD, v);
-    if (!cp) continue;
-#pragma unroll
-    for (int k = 0; k < FC; k++) {
-      int i = (int)threadIdx.x + k * MT, r = r0 + i / (DM / 4), d = i % (DM / 4) * 4;
-      if (r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned: d8 % 8 == 0 */
-    }
-  }
-}
-
-/* gfill for kernel 1, which also makes delta = sum_d g o of rows [0, n) (g unrounded, o
-   the forward's BF16 output widened; o has g's layout): each thread's 4 columns of a row
-   by one FMA chain, then the DM / 4 threads of the row, adjacent lanes of one warp, by a
-   butterfly, so the order is fixed. The row's first thread writes it to dsh[row] (shared)
-   and dg[row]. o is loaded with g, so all of a chunk's loads are in flight at once. */
-template <int DM, int R>
-__device__ __forceinline__ void gfill_delta(bf16 *dst, const float *src, const bf16 *o, int n,
-                                            int64_t ld, const att_dims &a, bf16 *cp,
-                                            float *dsh, float *dg) {
+                                      const att_dims &a, bf16 *cp, const bf16 *o = nullptr,
+                                      float *dsh = nullptr, float *dg = nullptr) {
   constexpr int RC = MT * FC * 4 / DM, LD = DM + 8, TPR = DM / 4;
 #pragma unroll
   for (int r0 = 0; r0 < R; r0 += RC) {
     float4 v[FC], w[FC];
     fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
 #pragma unroll
-    for (int k = 0; k < FC; k++) {
+    for (int k = 0; DELTA && k < FC; k++) {
       int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
       w[k] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (r >= n || d >= a.D) continue;
@@ -798,11 +780,13 @@ __device__ __forceinline__ void gfill_delta(bf16 *dst, const float *src, const b
 #pragma unroll
     for (int k = 0; k < FC; k++) {
       int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
-      float part = v[k].x * w[k].x;
-      part = fmaf(v[k].w, w[k].w, fmaf(v[k].z, w[k].z, fmaf(v[k].y, w[k].y, part)));
+      if (DELTA) {
+        float part = v[k].x * w[k].x;
+        part = fmaf(v[k].w, w[k].w, fmaf(v[k].z, w[k].z, fmaf(v[k].y, w[k].y, part)));
 #pragma unroll
-      for (int m = 1; m < TPR; m <<= 1) part += __shfl_xor_sync(FULL, part, m);
-      if (d == 0 && r < n) dsh[r] = dg[r] = part;
+        for (int m = 1; m < TPR; m <<= 1) part += __shfl_xor_sync(FULL, part, m);
+        if (d == 0 && r < n) dsh[r] = dg[r] = part;
+      }
       if (cp && r < n && d < a.d8) put4(cp + r * a.d8 + d, v[k]); /* 8-byte aligned */
     }
   }
@@ -1139,8 +1123,8 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
     bfill<DM, MR * TR>(Qs, (const bf16 *)io.q + qoff, nq, a.q.sr, a.D, a.v8);
     if (nk > 0) kv_tile(0, 0);
   }
-  gfill_delta<DM, MR * TR>(Gs, io.g + goff, (const bf16 *)io.o + goff, nq, a.o.sr, a,
-                           gc ? gc + row * a.d8 : nullptr, Dsh, delta + row);
+  gfill<DM, MR * TR, true>(Gs, io.g + goff, nq, a.o.sr, a, gc ? gc + row * a.d8 : nullptr,
+                           (const bf16 *)io.o + goff, Dsh, delta + row);
   if (!io.dq) return; /* uniform over the block */
   __syncthreads(); /* Dsh is whole */
   float dl[MR][2], lg[MR][2];
