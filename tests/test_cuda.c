@@ -134,11 +134,12 @@ static out c_embedding_rep(rg_ctx *c) {
   rg_tensor t = P(c, "table", D2(10, 40));
   return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 2, (int64_t[]){3, 100}, idx)));
 }
-/* V * n past emb_scan_acc_k's bound: the sorting backward (nn.cu). */
+/* V * n past emb_scan_acc_k's bound: the sorting backward (nn.cu), its scan over three
+   tiles of counts, the last partial. */
 static out c_embedding_big(rg_ctx *c) {
   static int32_t idx[1100];
-  for (int i = 0; i < 1100; i++) idx[i] = (int32_t)((i * 37 + i / 7) % 4096) % (i % 3 ? 4096 : 5);
-  rg_tensor t = P(c, "table", D2(4096, 8));
+  for (int i = 0; i < 1100; i++) idx[i] = (int32_t)((i * 397 + i / 7) % 40003) % (i % 3 ? 40003 : 5);
+  rg_tensor t = P(c, "table", D2(40003, 8));
   return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 1, (int64_t[]){1100}, idx)));
 }
 static out c_attention(rg_ctx *c) {
@@ -280,8 +281,8 @@ static out c_add_norm(rg_ctx *c) {
 }
 /* Bias gradients (a SUM_TO folded into SUM_TO_ACC) through the column-sum kernels: many
    rows and few columns (many chunks), few rows and many columns (one chunk), widths that
-   are not a multiple of 4 (scalar loads), rows from two merged axes; and a mean over axis
-   0, the same kernels with a divisor. */
+   are not a multiple of 4 (scalar loads) or of 128 (a partial column group), rows from
+   two merged axes; and a mean over axis 0, the same kernels with a divisor. */
 static rg_tensor bias_of(rg_ctx *c, int i, int64_t R, int64_t C) {
   char n[2][16];
   snprintf(n[0], sizeof n[0], "x%d", i);
@@ -293,10 +294,18 @@ static out c_colsum(rg_ctx *c) {
   y = rg_concat(c, y, bias_of(c, 1, 5000, 3), 0);
   y = rg_concat(c, y, bias_of(c, 2, 6, 4099), 0);
   y = rg_concat(c, y, bias_of(c, 3, 1, 1024), 0);
+  y = rg_concat(c, y, bias_of(c, 4, 20000, 8), 0);
+  y = rg_concat(c, y, bias_of(c, 5, 777, 132), 0);
   rg_tensor z = P(c, "z", D3(2, 700, 77)), bz = P(c, "bz", 1, (int64_t[]){77});
   y = rg_concat(c, y, flat(c, rg_add(c, z, bz)), 0);
   y = rg_concat(c, y, flat(c, rg_mean(c, P(c, "m", D2(600, 40)), 0, 0)), 0);
   return weigh(c, y);
+}
+/* The same in BF16: a linear layer's bias gradient sums a BF16 gradient (two column
+   groups, the second partial). */
+static out c_bf16_colsum(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D2(1500, 64)), w = P(c, "w", D2(136, 64));
+  return weigh(c, rg_linear(c, x, w, P(c, "b", 1, (int64_t[]){136})));
 }
 static out c_xent(rg_ctx *c) {
   int32_t t[10] = {1, 0, 4, 4, 2, -1, 3, 0, -1, 2};
@@ -878,6 +887,7 @@ int main(void) {
   run_case_mode("bf16-norms", c_norm_kernels, 1e-2, 3);
   run_case_mode("bf16-addnorm", c_add_norm, 1e-2, 3);
   run_case_mode("bf16-xent", c_bf16_xent, 1e-2, 3);
+  run_case_mode("bf16-colsum", c_bf16_colsum, 1e-2, 3);
   run_case_mode("bf16-block", c_bf16_block, 3e-2, 3);
   run_case_mode("bf16-gpt", c_gpt, 3e-2, 3);
   run_attn_repeat();

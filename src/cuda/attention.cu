@@ -1506,7 +1506,12 @@ rg_status bwd_kv_mma(rg_kargs *k, const att_dims &a, const att_io &io, const flo
 
 /* The kernels for D (DM = 64 or 128) and the inputs' dtype. */
 template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
-  if (a.ibf) return fwd_mma<DM, 2>(k, a, io); /* MR = 2: 0.117 against 0.126 ms (header) */
+  /* MR = 2: 0.117 against 0.126 ms (header); but where its grid is under two blocks an
+     SM, MR = 1's twice as many blocks of half the work finish sooner (gpt-char: 128
+     blocks of 128 queries at MR = 2, 9.90 -> 8.53 us a call at MR = 1; ncu, H200). */
+  if (a.ibf && a.BH * cdiv(a.T, 2 * TR) < 2 * rg_cuda_ctx(k)->sms)
+    return fwd_mma<DM, 1>(k, a, io);
+  if (a.ibf) return fwd_mma<DM, 2>(k, a, io);
   return launch_att(k, a, att_fwd_k<DM>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1), io, a);
 }
 
