@@ -248,27 +248,54 @@ __device__ __forceinline__ float comp(const float4 &v, int e) {
   return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
 
+/* The floats of a packed bf16 pair (element 2i in the low half). */
+__device__ __forceinline__ float lo2(unsigned u) {
+  __nv_bfloat162 v;
+  memcpy(&v, &u, 4);
+  return __low2float(v);
+}
+__device__ __forceinline__ float hi2(unsigned u) {
+  __nv_bfloat162 v;
+  memcpy(&v, &u, 4);
+  return __high2float(v);
+}
+/* Elements [d, d + 4) of a row (p at d) into v (zero), v's elements past D left: with vec (D % 4 == 0,
+   rows on 4 elements, so d + 3 < D) one aligned load, 16 bytes of float or 8 of bf16. */
+__device__ __forceinline__ void load4(float4 &v, const float *p, int d, const att_dims &a) {
+  if (a.vec) {
+    v = *(const float4 *)p;
+  } else {
+    v.x = p[0];
+    if (d + 1 < a.D) v.y = p[1];
+    if (d + 2 < a.D) v.z = p[2];
+    if (d + 3 < a.D) v.w = p[3];
+  }
+}
+__device__ __forceinline__ void load4(float4 &v, const __nv_bfloat16 *p, int d,
+                                      const att_dims &a) {
+  if (a.vec) {
+    uint2 u = *(const uint2 *)p;
+    v = make_float4(lo2(u.x), hi2(u.x), lo2(u.y), hi2(u.y));
+  } else {
+    v.x = __bfloat162float(p[0]);
+    if (d + 1 < a.D) v.y = __bfloat162float(p[1]);
+    if (d + 2 < a.D) v.z = __bfloat162float(p[2]);
+    if (d + 3 < a.D) v.w = __bfloat162float(p[3]);
+  }
+}
+
 /* Tile filling in two steps, so all of a thread's global loads are in flight before its
-   first shared store: fetch rows [0, n) (row stride ld, D columns) at src into registers
-   (zero past row n and past D), then stash them in a shared tile of row stride LD. */
-template <int DM, int N = NT, int P>
-__device__ __forceinline__ void fetch(float4 (&r)[P], const float *src, int n, int64_t ld,
+   first shared store: fetch rows [0, n) (row stride ld, D columns, float or bf16) at src
+   into registers (zero past row n and past D), then stash them in a shared tile of row
+   stride LD. */
+template <int DM, int N = NT, int P, typename T>
+__device__ __forceinline__ void fetch(float4 (&r)[P], const T *src, int n, int64_t ld,
                                       const att_dims &a) {
 #pragma unroll
   for (int k = 0; k < P; k++) {
     int i = (int)threadIdx.x + k * N, row = i / (DM / 4), d = i % (DM / 4) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < n && d < a.D) {
-      const float *p = src + row * ld + d;
-      if (a.vec) {
-        v = *(const float4 *)p; /* D % 4 == 0: d + 3 < D */
-      } else {
-        v.x = p[0];
-        if (d + 1 < a.D) v.y = p[1];
-        if (d + 2 < a.D) v.z = p[2];
-        if (d + 3 < a.D) v.w = p[3];
-      }
-    }
+    if (row < n && d < a.D) load4(v, src + row * ld + d, d, a);
     r[k] = v;
   }
 }
@@ -673,16 +700,6 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   memcpy(&u, &v, 4);
   return u;
 }
-__device__ __forceinline__ float lo2(unsigned u) {
-  __nv_bfloat162 v;
-  memcpy(&v, &u, 4);
-  return __low2float(v);
-}
-__device__ __forceinline__ float hi2(unsigned u) {
-  __nv_bfloat162 v;
-  memcpy(&v, &u, 4);
-  return __high2float(v);
-}
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
 /* 2^x on the SFU, a subnormal result flushed to 0 (exp2f keeps subnormals at the cost of
@@ -760,22 +777,7 @@ __device__ __forceinline__ void gfill(bf16 *dst, const float *src, int n, int64_
   for (int r0 = 0; r0 < R; r0 += RC) {
     float4 v[FC], w[FC];
     fetch<DM, MT>(v, src + r0 * ld, n - r0, ld, a);
-#pragma unroll
-    for (int k = 0; DELTA && k < FC; k++) {
-      int i = (int)threadIdx.x + k * MT, r = r0 + i / TPR, d = i % TPR * 4;
-      w[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r >= n || d >= a.D) continue;
-      const bf16 *p = o + r * ld + d;
-      if (a.vec) { /* rows on 4 elements, D % 4 == 0: 8 bytes, aligned */
-        uint2 u = *(const uint2 *)p;
-        w[k] = make_float4(lo2(u.x), hi2(u.x), lo2(u.y), hi2(u.y));
-      } else {
-        w[k].x = __bfloat162float(p[0]);
-        if (d + 1 < a.D) w[k].y = __bfloat162float(p[1]);
-        if (d + 2 < a.D) w[k].z = __bfloat162float(p[2]);
-        if (d + 3 < a.D) w[k].w = __bfloat162float(p[3]);
-      }
-    }
+    if (DELTA) fetch<DM, MT>(w, o + r0 * ld, n - r0, ld, a);
     stash<DM, LD, MT>(dst + r0 * LD, v);
 #pragma unroll
     for (int k = 0; k < FC; k++) {
@@ -1509,9 +1511,9 @@ template <int DM> rg_status attention_fwd(rg_kargs *k, const att_dims &a, const 
   /* MR = 2: 0.117 against 0.126 ms (header); but where its grid is under two blocks an
      SM, MR = 1's twice as many blocks of half the work finish sooner (gpt-char: 128
      blocks of 128 queries at MR = 2, 9.90 -> 8.53 us a call at MR = 1; ncu, H200). */
-  if (a.ibf && a.BH * cdiv(a.T, 2 * TR) < 2 * rg_cuda_ctx(k)->sms)
-    return fwd_mma<DM, 1>(k, a, io);
-  if (a.ibf) return fwd_mma<DM, 2>(k, a, io);
+  if (a.ibf)
+    return a.BH * cdiv(a.T, 2 * TR) < 2 * rg_cuda_ctx(k)->sms ? fwd_mma<DM, 1>(k, a, io)
+                                                               : fwd_mma<DM, 2>(k, a, io);
   return launch_att(k, a, att_fwd_k<DM>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1), io, a);
 }
 
