@@ -141,6 +141,11 @@ typedef struct rg_options {
   int check_finite;        /* 1: after each node, check its outputs; the first NaN or Inf
                               fails the drain with RG_ERR_NONFINITE naming the op and its
                               label. Off (and free) by default. Env RG_CHECK_FINITE=1. */
+  int no_cudnn;            /* 1: bf16 attention on CUDA runs resgrad's own kernels even in a
+                              build with cuDNN, whose fused flash attention it otherwise
+                              uses for sequences of 512 or more where cuDNN takes the
+                              shape (README, build option RG_CUDNN). Env RG_CUDNN=0 does
+                              the same. */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */
@@ -587,6 +592,9 @@ typedef struct rg_stats {
   uint64_t launches;                    /* kernel launches (CPU: kernels run) */
   uint64_t drains, drain_reason[RG_DRAIN_REASON_COUNT];
   uint64_t graph_captures, graph_replays, graph_misses;
+  uint64_t cudnn_attention;              /* attention nodes (forward or backward) given to
+                                           cuDNN's fused kernels: eager runs and graph
+                                           captures, not replays (CUDA with cuDNN only) */
   char graph_miss_reason[160];          /* why the last drain was not replayed */
   size_t pass_bytes, pass_peak;         /* bytes held by tensors now / high-water mark */
   size_t persistent_bytes, persistent_peak;

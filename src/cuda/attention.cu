@@ -162,6 +162,9 @@
  * nothing shared is read after the loop.
  */
 #include "cuda.h"
+#ifdef RG_HAVE_CUDNN
+#include "dnn_att.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -1537,6 +1540,140 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
 
 } /* namespace */
 
+/* ---- cuDNN's fused attention ------------------------------------------------------------
+   In a build with cuDNN (RG_HAVE_CUDNN), BF16 attention runs cuDNN's flash attention
+   (dnn_att.c), faster on Hopper than the mma kernels above (GPT-2 124M's shape, H200:
+   see bench/RESULTS.md), wherever it applies: q, k, v (and o) BF16, T == S, D a multiple
+   of 8 up to 128, T at least DNN_MIN_T, 16-byte aligned rows, and in the backward BF16
+   dq, dk and dv, all
+   three wanted (dnn_att writes them all). Elsewhere, in a context opened with
+   rg_options.no_cudnn, or when cuDNN has no engine for the shape, the kernels above run;
+   either side's lse serves the other's backward (the same natural-log statistics).
+   cuDNN's backward takes dO in q's dtype: g is rounded to BF16 into scratch first, in o's
+   layout. The plans' workspace is the context's dnn_ws: the deterministic backward keeps
+   its dS there, B H T^2 bf16 (192 MiB at GPT-2 124M's shape), so it grows to the largest
+   plan's need, up to DNN_WS_MAX (past that: the kernels above). A plan is built, and the
+   workspace grown, at the first eager run of a shape (cuDNN compiles kernels then, and
+   growing waits for the device and drops the captured graphs, which name the old
+   workspace: the one place a launcher waits or allocates), never in a graph capture,
+   which repeats a signature already run eagerly. cuDNN runs only from T = DNN_MIN_T: at
+   GPT-2 124M's T = 1024 it took the bf16 step from 18.39 to 17.36 ms, at gpt-char's
+   T = 128 it made the step slower, 1.059 -> 1.123 ms (H200, cuDNN 9.14; its forward's
+   64 x 256 tiles are half empty there). */
+#define DNN_WS_MAX ((size_t)1 << 30)
+#define DNN_MIN_T 512
+#ifdef RG_HAVE_CUDNN
+namespace {
+
+/* The context's rg_dnn, opened on first use; NULL when the context opted out or cuDNN
+   failed to open (said once on stderr unless quiet). */
+rg_dnn *dnn_of(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  if (L->dnn_off) return nullptr;
+  if (!L->dnn) {
+    char why[512];
+    if (rg_dnn_open((rg_dnn **)&L->dnn, why, sizeof why) != RG_DNN_OK) {
+      L->dnn_off = true;
+      L->dnn = nullptr;
+      if (!k->ctx->opt.quiet)
+        fprintf(stderr, "resgrad: cuDNN's fused attention is unavailable (%s); attention "
+                "runs resgrad's kernels\n", why);
+      return nullptr;
+    }
+  }
+  return (rg_dnn *)L->dnn;
+}
+
+rg_dnn_att dnn_desc(const att_dims &a) {
+  rg_dnn_att d;
+  d.B = a.BH / a.H, d.H = a.H, d.T = a.T, d.D = a.D;
+  d.causal = a.causal;
+  d.scale = a.scale;
+  d.q = {a.q.sb, a.q.sh, a.q.sr};
+  d.k = d.v = {a.k.sb, a.k.sh, a.k.sr};
+  d.o = {a.o.sb, a.o.sh, a.o.sr};
+  return d;
+}
+
+/* The shapes dnn_att takes (above); bwd: dq, dk and dv too. */
+bool dnn_takes(const att_dims &a, const att_io &io, bool bwd) {
+  if (!a.ibf || a.T != a.S || a.T < DNN_MIN_T || a.D % 8 || a.D > 128 || !a.v8 || !a.vec)
+    return false;
+  if (!rows_on(io.o, 2, a.o, a.D, 8) || !rows_on(io.out, 2, a.o, a.D, 8)) return false;
+  if (!bwd) return a.obf;
+  return a.obf && io.dq && io.dk && io.dv && rows_on(io.dq, 2, a.q, a.D, 8) &&
+         rows_on(io.dk, 2, a.k, a.D, 8) && rows_on(io.dv, 2, a.k, a.D, 8);
+}
+
+/* g rounded to BF16 (round to nearest even), n elements, n % 4 == 0, both 16-byte aligned. */
+__global__ void round_g_k(const float4 *__restrict__ g, __nv_bfloat162 *__restrict__ o,
+                          int64_t n4) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float4 v = g[i];
+    o[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+    o[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+
+/* Runs the node on cuDNN when it applies (*ran); else leaves it to the kernels above. A
+   failure after cuDNN took the shape is the node's error. */
+rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bool *ran) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  *ran = false;
+  rg_dnn *d = dnn_takes(a, io, bwd) ? dnn_of(k) : nullptr;
+  if (!d) return RG_OK;
+  rg_dnn_att at = dnn_desc(a);
+  size_t ws = 0, n = (size_t)(a.BH * a.T * a.D);
+  int r = (bwd ? rg_dnn_att_bwd_ws : rg_dnn_att_fwd_ws)(d, &at, &ws, k->msg, k->msgcap);
+  if (r == RG_DNN_UNSUPPORTED || (r == RG_DNN_OK && ws > DNN_WS_MAX) ||
+      (bwd && n * 2 > L->scratch_bytes)) {
+    k->msg[0] = 0;
+    return RG_OK;
+  }
+  if (r != RG_DNN_OK) return RG_ERR_DEVICE;
+  if (ws > L->dnn_ws_bytes) { /* grow (above): outside any capture */
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(L->stream, &cs) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusNone) {
+      snprintf(k->msg, k->msgcap, "cuDNN's attention workspace would grow inside a graph "
+               "capture (a bug: a shape is always run eagerly first)");
+      return RG_ERR_DEVICE;
+    }
+    rg_cuda_drop_graphs(k->ctx);
+    cudaFree(L->dnn_ws); /* waits for the kernels that use it */
+    L->dnn_ws = nullptr, L->dnn_ws_bytes = 0;
+    if (cudaMalloc(&L->dnn_ws, ws) != cudaSuccess) {
+      (void)cudaGetLastError();
+      L->dnn_ws = nullptr;
+      snprintf(k->msg, k->msgcap, "out of device memory for cuDNN's attention workspace "
+               "(%zu bytes); rg_options.no_cudnn = 1 runs resgrad's kernels, which need "
+               "none", ws);
+      return RG_ERR_OOM;
+    }
+    L->dnn_ws_bytes = ws;
+  }
+  if (bwd) {
+    __nv_bfloat162 *g16 = (__nv_bfloat162 *)L->scratch;
+    round_g_k<<<rg_cuda_blocks((int64_t)n / 4, 256), 256, 0, L->stream>>>(
+        (const float4 *)io.g, g16, (int64_t)n / 4);
+    rg_status st = rg_cuda_check_launch(k, "attention_bwd (g to bf16)");
+    if (st != RG_OK) return st;
+    r = rg_dnn_att_bwd(d, &at, L->stream, io.q, io.k, io.v, io.o, g16, io.lse, io.dq, io.dk,
+                       io.dv, L->dnn_ws, k->msg, k->msgcap);
+  } else {
+    r = rg_dnn_att_fwd(d, &at, L->stream, io.q, io.k, io.v, io.out, io.lse, L->dnn_ws,
+                       k->msg, k->msgcap);
+  }
+  if (r != RG_DNN_OK) return RG_ERR_DEVICE;
+  *ran = true;
+  k->ctx->st.cudnn_attention++;
+  return RG_OK;
+}
+
+} /* namespace */
+#endif
+
 /* ---- launchers ----------------------------------------------------------------------- */
 
 static rg_status attention_fwd_any(rg_kargs *k) {
@@ -1547,6 +1684,11 @@ static rg_status attention_fwd_any(rg_kargs *k) {
   if (a.BH == 0 || a.T == 0) return RG_OK;
   st = attention_limits(k, a);
   if (st != RG_OK) return st;
+#ifdef RG_HAVE_CUDNN
+  bool ran;
+  st = dnn_run(k, a, io, false, &ran);
+  if (st != RG_OK || ran) return st;
+#endif
   return a.D <= 64 ? attention_fwd<64>(k, a, io) : attention_fwd<128>(k, a, io);
 }
 
@@ -1571,6 +1713,11 @@ static rg_status attention_bwd_any(rg_kargs *k) {
     if (io.dv) cudaMemsetAsync(io.dv, 0, bytes, L->stream);
     return rg_cuda_check_launch(k, "attention_bwd");
   }
+#ifdef RG_HAVE_CUDNN
+  bool ran;
+  st = dnn_run(k, a, io, true, &ran);
+  if (st != RG_OK || ran) return st;
+#endif
   size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   float *delta = (float *)L->scratch;

@@ -12,6 +12,9 @@
  *    are asynchronous and the caller's buffer was already copied by the core.
  */
 #include "cuda.h"
+#ifdef RG_HAVE_CUDNN
+#include "dnn_att.h"
+#endif
 
 #include <cublasLt.h>
 #include <stdio.h>
@@ -133,6 +136,7 @@ static rg_status cuda_open(rg_ctx *ctx) {
   s->dev = dev;
   rg_cuda_launch *L = &s->L;
   L->dev = dev;
+  L->dnn_off = ctx->opt.no_cudnn != 0;
   cudaDeviceProp p;
   rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, s->dev));
@@ -237,6 +241,10 @@ static void cuda_close(rg_ctx *ctx) {
   rg__free(ctx, s->cur);
   if (L->stream) cudaStreamSynchronize(L->stream);
   if (L->lt) cublasLtDestroy((cublasLtHandle_t)L->lt);
+#ifdef RG_HAVE_CUDNN
+  rg_dnn_close((rg_dnn *)L->dnn);
+#endif
+  cudaFree(L->dnn_ws);
   cudaFree(L->lt_ws);
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);

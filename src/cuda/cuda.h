@@ -61,6 +61,13 @@ typedef struct rg_cuda_launch {
   void *lt;             /* cublasLtHandle_t */
   void *lt_ws;          /* cuBLASLt workspace */
   size_t lt_ws_bytes;
+  /* cuDNN's fused attention (attention.cu, dnn_att.c): its handle and plans (an rg_dnn,
+     opened at the first attention it may run; NULL before), and dnn_off: the context
+     opted out (rg_options.no_cudnn) or cuDNN would not open, so resgrad's kernels run. */
+  void *dnn;
+  bool dnn_off;
+  void *dnn_ws;         /* cuDNN's workspace (device), grown to the largest plan's */
+  size_t dnn_ws_bytes;
   int sms;              /* multiprocessors, to size grids */
   int dev;              /* the context's GPU */
   /* Distributed training (nccl.cu): the NCCL communicator of rg_dist_init (NULL when

@@ -674,57 +674,80 @@ __global__ void emb_hist_k(const int32_t *__restrict__ idx, int64_t n, int64_t V
   }
 }
 
-/* One block of 1024: offs[v] = exclusive prefix sum of counts (offs[V] = total); counts
-   are zeroed for reuse as fill cursors. The counts are scanned in tiles of SCAN_EPT
-   consecutive counts a thread (a warp's loads fall on consecutive lines), the tile's
-   total carried into the next. It was a contiguous V / 1024 run a thread, read one count
-   a step with a line a thread: 118.6 -> 93.5 us at GPT-2's 50304 (ncu, warm L2, H200).
-   Still far from what 600 KB of traffic costs: one SM does it all. */
-#define SCAN_EPT 16
-__global__ void emb_scan_k(int32_t *__restrict__ counts, int32_t *__restrict__ offs,
-                           int64_t V) {
+/* offs[v] = exclusive prefix sum of counts (offs[V] = total), over blocks of SCAN_CHUNK
+   counts: emb_part_k sums each block's counts into part[b]; emb_scan_k then scans its
+   block from the sum of the parts before it, and zeroes the counts for reuse as fill
+   cursors. Integer sums: the same offsets in any order. A thread takes SCAN_EPT
+   consecutive counts. (One block of 1024 scanning all V took 93.5 us at GPT-2's 50304,
+   ncu, warm L2, H200: one SM did the work of the whole GPU.) */
+#define SCAN_EPT 8
+#define SCAN_THREADS 256
+#define SCAN_CHUNK (SCAN_EPT * SCAN_THREADS)
+
+/* Exclusive prefix over the block of v (every thread's value); *total gets the block's sum. */
+__device__ int32_t block_excl_scan(int32_t v, int32_t *total) {
   __shared__ int32_t wsum[33];
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int32_t carry = 0;
-  for (int64_t base = 0; base < V; base += (int64_t)SCAN_EPT * blockDim.x) {
-    int64_t i0 = base + (int64_t)SCAN_EPT * threadIdx.x;
-    int32_t c[SCAN_EPT], local = 0;
+  int32_t incl = v;
 #pragma unroll
-    for (int q = 0; q < SCAN_EPT; q++) {
-      c[q] = i0 + q < V ? counts[i0 + q] : 0;
-      local += c[q];
-    }
-    int32_t incl = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    int32_t y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) wsum[wid] = incl;
+  __syncthreads();
+  if (wid == 0) {
+    int32_t w = lane < nw ? wsum[lane] : 0, wi = w;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      int32_t y = __shfl_up_sync(FULL, incl, o);
-      if (lane >= o) incl += y;
+      int32_t y = __shfl_up_sync(FULL, wi, o);
+      if (lane >= o) wi += y;
     }
-    if (lane == 31) wsum[wid] = incl;
-    __syncthreads();
-    if (wid == 0) {
-      int32_t w = lane < nw ? wsum[lane] : 0, wi = w;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        int32_t y = __shfl_up_sync(FULL, wi, o);
-        if (lane >= o) wi += y;
-      }
-      if (lane < nw) wsum[lane] = wi - w; /* exclusive prefix of the warp totals */
-      if (lane == 31) wsum[32] = wi;      /* the tile's total */
-    }
-    __syncthreads();
-    int32_t run = carry + wsum[wid] + incl - local;
-#pragma unroll
-    for (int q = 0; q < SCAN_EPT; q++)
-      if (i0 + q < V) {
-        offs[i0 + q] = run;
-        run += c[q];
-        counts[i0 + q] = 0;
-      }
-    carry += wsum[32];
-    __syncthreads(); /* wsum is rewritten by the next tile */
+    if (lane < nw) wsum[lane] = wi - w;
+    if (lane == 31) wsum[32] = wi;
   }
-  if (threadIdx.x == 0) offs[V] = carry;
+  __syncthreads();
+  *total = wsum[32];
+  return wsum[wid] + incl - v;
+}
+
+__global__ void __launch_bounds__(SCAN_THREADS)
+    emb_part_k(const int32_t *__restrict__ counts, int64_t V, int32_t *__restrict__ part) {
+  int64_t i0 = (int64_t)blockIdx.x * SCAN_CHUNK + SCAN_EPT * threadIdx.x;
+  int32_t local = 0, total;
+#pragma unroll
+  for (int q = 0; q < SCAN_EPT; q++) local += i0 + q < V ? counts[i0 + q] : 0;
+  block_excl_scan(local, &total);
+  if (threadIdx.x == 0) part[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(SCAN_THREADS)
+    emb_scan_k(int32_t *__restrict__ counts, int32_t *__restrict__ offs, int64_t V,
+               const int32_t *__restrict__ part) {
+  __shared__ int32_t base;
+  if (threadIdx.x < 32) { /* the parts before this block, summed by warp 0 */
+    int32_t b = 0;
+    for (unsigned j = threadIdx.x; j < blockIdx.x; j += 32) b += part[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) b += __shfl_xor_sync(FULL, b, o);
+    if (threadIdx.x == 0) base = b;
+  }
+  int64_t i0 = (int64_t)blockIdx.x * SCAN_CHUNK + SCAN_EPT * threadIdx.x;
+  int32_t c[SCAN_EPT], local = 0, total;
+#pragma unroll
+  for (int q = 0; q < SCAN_EPT; q++) {
+    c[q] = i0 + q < V ? counts[i0 + q] : 0;
+    local += c[q];
+  }
+  int32_t run = block_excl_scan(local, &total) + base; /* its barriers publish base */
+#pragma unroll
+  for (int q = 0; q < SCAN_EPT; q++)
+    if (i0 + q < V) {
+      offs[i0 + q] = run;
+      run += c[q];
+      counts[i0 + q] = 0;
+    }
+  if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) offs[V] = base + total;
 }
 
 __global__ void emb_fill_k(const int32_t *__restrict__ idx, int64_t n, int64_t V,
@@ -1383,7 +1406,7 @@ rg_status rg_cuda_embedding(rg_kargs *k) {
 }
 
 /* A small table: emb_scan_acc_k alone. Else scratch: header, counts [V+1], offsets [V+1],
-   bucket list [n], sorted list [n] (int32). Without room for them (or with more than 2^31
+   bucket list [n], sorted list [n], the scan's block sums (int32). Without room for them (or with more than 2^31
    positions) the float-atomic fallback runs. */
 rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
@@ -1399,7 +1422,8 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   if (L->scratch_bytes < HDR_BYTES) return no_scratch(k, HDR_BYTES);
   check_hdr *h = (check_hdr *)L->scratch;
   hdr_init_k<<<1, 1, 0, L->stream>>>(h);
-  size_t need = HDR_BYTES + sizeof(int32_t) * (2 * (size_t)(V + 1) + 2 * (size_t)n);
+  int64_t nb = max64(1, cdiv(V, SCAN_CHUNK)); /* the scan's blocks */
+  size_t need = HDR_BYTES + sizeof(int32_t) * (2 * (size_t)(V + 1) + 2 * (size_t)n + nb);
   if (need > L->scratch_bytes || n >= INT32_MAX || V >= INT32_MAX || V * C == 0) {
     if (n > 0) ids_check_k<<<rg_cuda_blocks(n, THREADS), THREADS, 0, L->stream>>>(idx, n, V, h);
     zero_f32_k<<<rg_cuda_blocks(V * C, THREADS), THREADS, 0, L->stream>>>(dt, V * C);
@@ -1408,11 +1432,12 @@ rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
     return rg_cuda_check_launch(k, "embedding_bwd");
   }
   int32_t *counts = (int32_t *)((char *)L->scratch + HDR_BYTES), *offs = counts + (V + 1);
-  int32_t *list = offs + (V + 1), *sorted = list + n;
+  int32_t *list = offs + (V + 1), *sorted = list + n, *part = sorted + n;
   unsigned pg = rg_cuda_blocks(max64(n, 1), THREADS);
   zero_i32_k<<<rg_cuda_blocks(V + 1, THREADS), THREADS, 0, L->stream>>>(counts, V + 1);
   emb_hist_k<<<pg, THREADS, 0, L->stream>>>(idx, n, V, counts, h);
-  emb_scan_k<<<1, 1024, 0, L->stream>>>(counts, offs, V);
+  emb_part_k<<<(unsigned)nb, SCAN_THREADS, 0, L->stream>>>(counts, V, part);
+  emb_scan_k<<<(unsigned)nb, SCAN_THREADS, 0, L->stream>>>(counts, offs, V, part);
   emb_fill_k<<<pg, THREADS, 0, L->stream>>>(idx, n, V, offs, counts, list);
   emb_rank_k<<<pg, THREADS, 0, L->stream>>>(idx, n, V, offs, list, sorted);
   unsigned threads = (unsigned)min64(256, cdiv(C, 32) * 32);
