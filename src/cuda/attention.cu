@@ -1545,8 +1545,7 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
    (dnn_att.c), faster on Hopper than the mma kernels above (GPT-2 124M's shape, H200:
    see bench/RESULTS.md), wherever it applies: q, k, v (and o) BF16, T == S, D a multiple
    of 8 up to 128, T at least DNN_MIN_T, 16-byte aligned rows, and in the backward BF16
-   dq, dk and dv, all
-   three wanted (dnn_att writes them all). Elsewhere, in a context opened with
+   dq, dk and dv, all three wanted (dnn_att writes them all). Elsewhere, in a context opened with
    rg_options.no_cudnn, or when cuDNN has no engine for the shape, the kernels above run;
    either side's lse serves the other's backward (the same natural-log statistics).
    cuDNN's backward takes dO in q's dtype: g is rounded to BF16 into scratch first, in o's
@@ -1556,10 +1555,11 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
    workspace grown, at the first eager run of a shape (cuDNN compiles kernels then, and
    growing waits for the device and drops the captured graphs, which name the old
    workspace: the one place a launcher waits or allocates), never in a graph capture,
-   which repeats a signature already run eagerly. cuDNN runs only from T = DNN_MIN_T: at
-   GPT-2 124M's T = 1024 it took the bf16 step from 18.39 to 17.36 ms, at gpt-char's
-   T = 128 it made the step slower, 1.059 -> 1.123 ms (H200, cuDNN 9.14; its forward's
-   64 x 256 tiles are half empty there). */
+   which repeats a signature already run eagerly. cuDNN runs from T = DNN_MIN_T: at
+   GPT-2 124M's T = 1024 it took the bf16 step from 18.39 to 17.36 ms; at gpt-char's
+   T = 128 the step measured the same either way, within its noise (its forward kernel
+   slower than ours there, 9.7 against 8.5 us, its backward faster, 13.5 us with the
+   rounding of g against 23.3: H200, cuDNN 9.14, bench/RESULTS.md). 512 lies between. */
 #define DNN_WS_MAX ((size_t)1 << 30)
 #define DNN_MIN_T 512
 #ifdef RG_HAVE_CUDNN
