@@ -1545,9 +1545,11 @@ rg_status attention_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float 
    (dnn_att.c), faster on Hopper than the mma kernels above (GPT-2 124M's shape, H200:
    see bench/RESULTS.md), wherever it applies: q, k, v (and o) BF16, T == S, D a multiple
    of 8 up to 128, T at least DNN_MIN_T, 16-byte aligned rows, and in the backward BF16
-   dq, dk and dv, all three wanted (dnn_att writes them all). Elsewhere, in a context opened with
-   rg_options.no_cudnn, or when cuDNN has no engine for the shape, the kernels above run;
-   either side's lse serves the other's backward (the same natural-log statistics).
+   dq, dk and dv, all three wanted (dnn_att writes them all). Elsewhere, in a context
+   opened with rg_options.no_cudnn, or when cuDNN has no engine for the shape, the kernels
+   above run; either side's lse serves the other's backward (the same natural-log
+   statistics). Any other cuDNN failure is the node's error, its message saying how to
+   run the kernels above instead.
    cuDNN's backward takes dO in q's dtype: g is rounded to BF16 into scratch first, in o's
    layout. The plans' workspace is the context's dnn_ws: the deterministic backward keeps
    its dS there, B H T^2 bf16 (192 MiB at GPT-2 124M's shape), so it grows to the largest
@@ -1616,6 +1618,14 @@ __global__ void round_g_k(const float4 *__restrict__ g, __nv_bfloat162 *__restri
   }
 }
 
+/* The node's error after dnn_att's message in k->msg. */
+rg_status dnn_failed(rg_kargs *k, rg_status st) {
+  size_t n = strlen(k->msg);
+  snprintf(k->msg + n, k->msgcap - n, " (cuDNN's fused attention; rg_options.no_cudnn = 1 "
+           "or env RG_CUDNN=0 runs resgrad's kernels instead)");
+  return st;
+}
+
 /* Runs the node on cuDNN when it applies (*ran); else leaves it to the kernels above. A
    failure after cuDNN took the shape is the node's error. */
 rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bool *ran) {
@@ -1631,7 +1641,7 @@ rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bo
     k->msg[0] = 0;
     return RG_OK;
   }
-  if (r != RG_DNN_OK) return RG_ERR_DEVICE;
+  if (r != RG_DNN_OK) return dnn_failed(k, RG_ERR_DEVICE);
   if (ws > L->dnn_ws_bytes) { /* grow (above): outside any capture */
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(L->stream, &cs) != cudaSuccess ||
@@ -1646,10 +1656,8 @@ rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bo
     if (cudaMalloc(&L->dnn_ws, ws) != cudaSuccess) {
       (void)cudaGetLastError();
       L->dnn_ws = nullptr;
-      snprintf(k->msg, k->msgcap, "out of device memory for cuDNN's attention workspace "
-               "(%zu bytes); rg_options.no_cudnn = 1 runs resgrad's kernels, which need "
-               "none", ws);
-      return RG_ERR_OOM;
+      snprintf(k->msg, k->msgcap, "out of device memory for a workspace of %zu bytes", ws);
+      return dnn_failed(k, RG_ERR_OOM);
     }
     L->dnn_ws_bytes = ws;
   }
@@ -1665,7 +1673,7 @@ rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bo
     r = rg_dnn_att_fwd(d, &at, L->stream, io.q, io.k, io.v, io.out, io.lse, L->dnn_ws,
                        k->msg, k->msgcap);
   }
-  if (r != RG_DNN_OK) return RG_ERR_DEVICE;
+  if (r != RG_DNN_OK) return dnn_failed(k, RG_ERR_DEVICE);
   *ran = true;
   k->ctx->st.cudnn_attention++;
   return RG_OK;

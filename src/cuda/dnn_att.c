@@ -83,7 +83,6 @@ typedef struct plan {
   size_t head;      /* bytes of ours at the workspace's start (backward: delta) */
   float scale, one, neginf; /* by-value scalars: the variant pack points at these */
   int64_t uid;              /* next virtual tensor's id */
-  char engine[128];
 } plan;
 
 struct rg_dnn {
@@ -427,35 +426,6 @@ static bool nondeterministic(desc engine) {
   return false;
 }
 
-/* "engine 6 knobs 24=26" (global engine index; knob type = value, cudnnBackendKnobType_t:
-   24 is KERNEL_CFG). For logs only, so failures here only shorten the text. */
-static void describe(char *out, size_t cap, desc cfg, desc engine) {
-  int64_t id = -1, n = 0;
-  cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &id);
-  int len = snprintf(out, cap, "engine %lld knobs", (long long)id);
-  desc k[24];
-  int nk = 0;
-  for (; nk < 24; nk++)
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[nk]) !=
-        CUDNN_STATUS_SUCCESS)
-      break;
-  n = 0;
-  if (nk && cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, nk, &n,
-                                     k) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < n && i < nk && len > 0 && (size_t)len < cap; i++) {
-      cudnnBackendKnobType_t type;
-      int64_t value = 0, c = 0;
-      if (cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
-                                   1, &c, &type) ||
-          cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
-                                   &c, &value))
-        continue;
-      len += snprintf(out + len, cap - len, " %d=%lld", (int)type, (long long)value);
-    }
-  for (int i = 0; i < nk; i++) cudnnBackendDestroyDescriptor(k[i]);
-}
-
 /* Heuristics (mode A, then FALLBACK) ranks engine configurations for the graph; the first
    one that is deterministic (when asked) and finalizes into an execution plan wins.
    Finalizing is where cuDNN compiles the kernel, and where it says what it cannot do. */
@@ -528,7 +498,6 @@ static void choose_engine(plan *p, cudnnHandle_t h, bool deterministic) {
         s = cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                      CUDNN_TYPE_INT64, 1, &c, &p->ws);
       if (s == CUDNN_STATUS_SUCCESS && p->nd + 2 <= MAXDESC) {
-        describe(p->engine, sizeof p->engine, cfg[i], engine);
         p->d[p->nd++] = exec; /* the plan keeps its configuration */
         p->d[p->nd++] = cfg[i];
         cfg[i] = NULL;
@@ -694,12 +663,6 @@ int rg_dnn_att_fwd_ws(rg_dnn *d, const rg_dnn_att *a, size_t *bytes, char *msg, 
 
 int rg_dnn_att_bwd_ws(rg_dnn *d, const rg_dnn_att *a, size_t *bytes, char *msg, size_t cap) {
   return ws_bytes(d, a, 1, bytes, msg, cap);
-}
-
-const char *rg_dnn_att_engine(rg_dnn *d, const rg_dnn_att *a, int bwd) {
-  for (plan *p = d ? d->plans : NULL; p; p = p->next)
-    if (p->bwd == !!bwd && same(&p->a, a)) return p->status ? NULL : p->engine;
-  return NULL;
 }
 
 /* Binds the pointers to the plan's tensors (a variant pack) and enqueues it on s. */

@@ -78,10 +78,6 @@ int rg_dnn_att_bwd(rg_dnn *d, const rg_dnn_att *a, cudaStream_t s, const void *q
                    const float *stats, void *dq, void *dk, void *dv, void *ws, char *msg,
                    size_t cap);
 
-/* The engine a built plan runs, e.g. "engine 6 knobs 24=26" (cuDNN's engine index, then
-   cudnnBackendKnobType_t = value), for logs; NULL when the plan was not built or failed. */
-const char *rg_dnn_att_engine(rg_dnn *d, const rg_dnn_att *a, int bwd);
-
 #ifdef __cplusplus
 }
 #endif
