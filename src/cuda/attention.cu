@@ -1607,17 +1607,6 @@ bool dnn_takes(const att_dims &a, const att_io &io, bool bwd) {
          rows_on(io.dk, 2, a.k, a.D, 8) && rows_on(io.dv, 2, a.k, a.D, 8);
 }
 
-/* g rounded to BF16 (round to nearest even), n elements, n % 4 == 0, both 16-byte aligned. */
-__global__ void round_g_k(const float4 *__restrict__ g, __nv_bfloat162 *__restrict__ o,
-                          int64_t n4) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float4 v = g[i];
-    o[2 * i] = __floats2bfloat162_rn(v.x, v.y);
-    o[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
-  }
-}
-
 /* The node's error after dnn_att's message in k->msg. */
 rg_status dnn_failed(rg_kargs *k, rg_status st) {
   size_t n = strlen(k->msg);
@@ -1661,14 +1650,15 @@ rg_status dnn_run(rg_kargs *k, const att_dims &a, const att_io &io, bool bwd, bo
     }
     L->dnn_ws_bytes = ws;
   }
-  if (bwd) {
-    __nv_bfloat162 *g16 = (__nv_bfloat162 *)L->scratch;
-    round_g_k<<<rg_cuda_blocks((int64_t)n / 4, 256), 256, 0, L->stream>>>(
-        (const float4 *)io.g, g16, (int64_t)n / 4);
-    rg_status st = rg_cuda_check_launch(k, "attention_bwd (g to bf16)");
+  if (bwd) { /* g (dense in o's layout) rounded to BF16 into scratch by the CAST launcher */
+    rg_kargs c = *k;
+    c.in[0] = k->in[k->node->op == RG_OP_ATTENTION_BWD ? 4 : 2];
+    c.out[0] = c.in[0];
+    c.out[0].p = L->scratch, c.out[0].dtype = RG_BF16;
+    rg_status st = rg_cuda_cast(&c);
     if (st != RG_OK) return st;
-    r = rg_dnn_att_bwd(d, &at, L->stream, io.q, io.k, io.v, io.o, g16, io.lse, io.dq, io.dk,
-                       io.dv, L->dnn_ws, k->msg, k->msgcap);
+    r = rg_dnn_att_bwd(d, &at, L->stream, io.q, io.k, io.v, io.o, L->scratch, io.lse, io.dq,
+                       io.dk, io.dv, L->dnn_ws, k->msg, k->msgcap);
   } else {
     r = rg_dnn_att_fwd(d, &at, L->stream, io.q, io.k, io.v, io.out, io.lse, L->dnn_ws,
                        k->msg, k->msgcap);
