@@ -71,4 +71,54 @@ static inline int msg_has(const rg_ctx *ctx, const char *needle) {
   return m && strstr(m, needle) != NULL;
 }
 
+/* rg_backward from a cross-entropy loss on ctx writes dlogits in the forward's node (no
+   seed node, no rg_cross_entropy' node: autograd.c); a retained loss gradient keeps the
+   two nodes (its seed is a node then). Checks both on [N, C] logits from a parameter
+   (through a linear layer when lin, so they are BF16 under rg_options.bf16): the same
+   gradient bits, and two nodes fewer fused (not under RG_CHECK, which runs each node as
+   it is recorded). Returns 1 when both held. */
+static inline int xent_fused_check(rg_ctx *ctx, int64_t N, int64_t C, int ignore, int lin,
+                                   const char *what) {
+  int64_t K = 16, n = N * (lin ? K : C);
+  float *x = (float *)malloc(sizeof(float) * (size_t)(n ? n : 1));
+  float *w = (float *)malloc(sizeof(float) * (size_t)(C * K));
+  float *g[2] = {(float *)malloc(sizeof(float) * (size_t)(n ? n : 1)),
+                 (float *)malloc(sizeof(float) * (size_t)(n ? n : 1))};
+  int32_t *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)(N ? N : 1));
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) / 250.f - 2.f;
+  for (int64_t i = 0; i < C * K; i++) w[i] = (float)((i * 40503u) % 100) / 200.f - .25f;
+  for (int64_t r = 0; r < N; r++) t[r] = ignore && r % 3 == 0 ? -1 : (int32_t)((r * 7) % C);
+  rg_tensor p = rg_param(ctx, what, RG_F32, 2, (int64_t[]){N, lin ? K : C},
+                         (rg_init){RG_INIT_ZEROS, 0, 0});
+  rg_tensor pw = lin ? rg_param(ctx, "xent_fused_w", RG_F32, 2, (int64_t[]){C, K},
+                                (rg_init){RG_INIT_ZEROS, 0, 0})
+                     : RG_NONE;
+  rg_write(ctx, p, x, sizeof(float) * (size_t)n);
+  if (lin) rg_write(ctx, pw, w, sizeof(float) * (size_t)(C * K));
+  uint64_t nodes[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    rg_step_begin(ctx);
+    rg_zero_grad(ctx);
+    rg_tensor lg = lin ? rg_linear(ctx, p, pw, RG_NONE) : p;
+    rg_tensor y = rg_input(ctx, RG_I32, 1, &N, t);
+    rg_tensor l = ignore ? rg_cross_entropy_ignore(ctx, lg, y, -1) : rg_cross_entropy(ctx, lg, y);
+    if (k) rg_retain_grad(ctx, l);
+    rg_stats s0, s1;
+    rg_stats_get(ctx, &s0);
+    rg_backward(ctx, l);
+    rg_stats_get(ctx, &s1);
+    nodes[k] = s1.nodes_recorded - s0.nodes_recorded;
+    CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, p), g[k], sizeof(float) * (size_t)n), RG_OK);
+  }
+  const char *chk = getenv("RG_CHECK");
+  int same = !memcmp(g[0], g[1], sizeof(float) * (size_t)n);
+  int fewer = (chk && *chk && *chk != '0') || nodes[0] + 2 == nodes[1];
+  CHECK(rg_error(ctx) == RG_OK, "%s: %s", what, rg_errmsg(ctx));
+  CHECK(same, "%s: the fused cross-entropy gradient differs from the unfused one", what);
+  CHECK(fewer, "%s: the backward recorded %llu nodes fused, %llu unfused: want 2 fewer",
+        what, (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
+  free(x), free(w), free(g[0]), free(g[1]), free(t);
+  return same && fewer && rg_error(ctx) == RG_OK;
+}
+
 #endif /* RG_TESTS_COMMON_H */

@@ -554,6 +554,30 @@ static void run_attn_repeat(void) {
   attn_repeat(1);
 }
 
+/* The backward fused into the cross-entropy forward (autograd.c) gives the unfused
+   kernel's bits at each of xent-kernels' shapes (warp and block rows, 16-byte groups and
+   scalar ones, ignored rows: the count kernel), on F32 logits and on a linear's BF16
+   ones (BF16 dlogits). */
+static void run_xent_fused(void) {
+  static const int64_t sh[5][3] = {
+      {4096, 96, 0}, {1000, 7, 1}, {3, 50304, 0}, {5, 50301, 1}, {40, 1030, 0}};
+  int ok = 1;
+  for (int bf = 0; bf < 2; bf++)
+    for (int i = 0; i < 5; i++) {
+      rg_ctx *g = NULL;
+      rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = bf});
+      CHECK(g != NULL, "xent-fused: no CUDA context");
+      if (!g) return;
+      char what[64];
+      snprintf(what, sizeof what, "xent-fused %s [%lld, %lld]", bf ? "bf16" : "f32",
+               (long long)sh[i][0], (long long)sh[i][1]);
+      ok &= xent_fused_check(g, sh[i][0], sh[i][1], (int)sh[i][2], bf, what);
+      CHECK_ST(g, rg_close(g), RG_OK);
+    }
+  printf("%-12s %s  dlogits from the forward node = the backward node's, bit for bit\n",
+         "xent-fused", ok ? "PASS" : "FAIL");
+}
+
 /* A few AdamW steps of an MLP with clipping: loss trajectories and weights agree. */
 static void run_training(void) {
   rg_options o = {.quiet = 1, .seed = 5};
@@ -944,6 +968,7 @@ int main(void) {
   run_case_mode("attn-own", c_attn_dnn, 3e-2, 3);
   no_cudnn = 0;
   run_attn_repeat();
+  run_xent_fused();
   run_training();
   run_adamw_vec();
   run_checkpoint();

@@ -1725,6 +1725,16 @@ static void ce_bad_target(int has_ign, const char *name) {
   close_ctx(ctx);
 }
 
+/* The backward fused into the forward node: the unfused bits (common.h). */
+static void ce_fused(int ignore, const char *what) {
+  for (int lin = 0; lin < 2; lin++) {
+    rg_ctx *ctx = open_ctx();
+    if (!ctx) return;
+    xent_fused_check(ctx, 37, 11, ignore, lin, what);
+    close_ctx(ctx);
+  }
+}
+
 static void t_cross_entropy(void) {
   static const int32_t t4[4] = {0, 4, 2, 2}, t6[6] = {3, 0, 1, 3, 2, 0}, t1[1] = {1};
   ce_case(2, (int64_t[]){4, 5}, t4, 0, 0, 1, "rg_cross_entropy [4,5]");
@@ -1757,6 +1767,7 @@ static void t_cross_entropy(void) {
     close_ctx(ctx);
   }
   ce_bad_target(0, "rg_cross_entropy");
+  ce_fused(0, "rg_cross_entropy fused backward");
 }
 
 static void t_cross_entropy_ignore(void) {
@@ -1795,6 +1806,7 @@ static void t_cross_entropy_ignore(void) {
     close_ctx(ctx);
   }
   ce_bad_target(1, "rg_cross_entropy_ignore");
+  ce_fused(1, "rg_cross_entropy_ignore fused backward");
 }
 
 static void t_mse(void) {

@@ -225,6 +225,42 @@ static rg_shape grad_of(rg_ctx *ctx, uint32_t x) {
   return s;
 }
 
+/* The bytes a tensor's data lies in (a view's: its base's). */
+static void span(rg_ctx *ctx, uint32_t ref, const char **lo, const char **hi) {
+  rg_tinfo *t = rg__t(ctx, ref);
+  if (t->alias) t = rg__t(ctx, t->alias);
+  *lo = (const char *)t->data, *hi = *lo + t->nbytes;
+}
+
+/* The first rule of a backward from a cross-entropy loss: when its forward node is the
+   last one recorded and has not run, and g is the seed 1, that node writes dlogits too,
+   as it streams the logits (its optional in[2] and out[2], ops.h): one pass over them
+   fewer than a CROSS_ENTROPY_BWD node. The new tensor is written earlier than a node of
+   its own would write it, but no node runs in between, and its bytes are not the
+   forward's inputs' (a range the pass pool reused could be: then no fusion). Returns
+   dlogits, or 0 to record the backward node. */
+static uint32_t xent_fused(rg_ctx *ctx, const rg_node *n, uint32_t g) {
+  if (!g || g != ctx->one || ctx->n_nodes <= ctx->q_head) return 0;
+  size_t k = ctx->n_nodes - 1;
+  rg_node *f = &ctx->nodes[k];
+  if (f->op != RG_OP_CROSS_ENTROPY || f->out[0] != n->out[0] || f->out[2]) return 0;
+  rg_shape s = grad_of(ctx, n->in[0]);
+  uint32_t d = rg__new(ctx, RG_POOL_PASS, (rg_dtype)s.dtype, s.ndim, s.dims,
+                       "rg_cross_entropy'");
+  if (!d) return 0;
+  const char *lo, *hi;
+  span(ctx, d, &lo, &hi);
+  for (int j = 0; j < 2; j++) {
+    const char *a, *b;
+    span(ctx, f->in[j], &a, &b);
+    if (lo < b && a < hi) return rg__release(ctx, d), 0;
+  }
+  f->in[2] = g, f->out[2] = d;
+  rg__t(ctx, d)->node = (uint32_t)k + 1;
+  rg__t(ctx, d)->state = RG_PENDING;
+  return d;
+}
+
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint32_t *gin) {
   uint32_t g = gout[0], x = n->in[0], y = n->in[1], out = n->out[0];
   rg_shape sx = grad_shape(ctx, x), sy = grad_shape(ctx, y), so = grad_shape(ctx, out);
@@ -342,6 +378,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
     break;
   }
   case RG_OP_CROSS_ENTROPY: { /* reads the forward's row statistics (ops.h) */
+    if ((gin[0] = xent_fused(ctx, n, g))) break;
     uint32_t in[RG_MAX_IN] = {x, y, g, n->out[1]}, o[RG_MAX_OUT] = {0};
     rg_shape outs[RG_MAX_OUT] = {grad_of(ctx, x), {0, -1, {0}}, {0, -1, {0}}};
     if (rg__emit(ctx, RG_OP_CROSS_ENTROPY_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)

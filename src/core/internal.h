@@ -157,6 +157,16 @@ static inline void rg__add_layernorm_split(const rg_kargs *k, rg_kargs *add, rg_
   ln->out[0] = k->out[1];
 }
 
+/* CROSS_ENTROPY's fused backward (its optional in[2] g, out[2] dlogits; ops.h) as the
+   arguments of a CROSS_ENTROPY_BWD node, for a backend (or a case) without the fused
+   form: run it after the forward. */
+static inline void rg__xent_bwd_args(const rg_kargs *k, rg_kargs *b) {
+  *b = *k;
+  b->in[3] = k->out[1];
+  b->out[0] = k->out[2];
+  b->out[1].p = b->out[2].p = NULL;
+}
+
 /* A download that a drain performs after its last node, inside the same synchronisation
    (so a step that reads only its loss costs one device->host sync). done is set when the
    bytes were copied. */

@@ -506,7 +506,7 @@ rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal
 static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_ignore,
                       int ignore) {
   const char *call = has_ignore ? "rg_cross_entropy_ignore" : "rg_cross_entropy";
-  uint32_t in[2];
+  uint32_t in[3] = {0}; /* in[2]: the fused backward's g (ops.h) */
   if (!ctx || !operand(ctx, logits, call, 1, ANY_FLOAT, &in[0]) ||
       !operand(ctx, targets, call, 2, I32_ONLY, &in[1]))
     return RG_NONE;
@@ -518,8 +518,8 @@ static rg_tensor xent(rg_ctx *ctx, rg_tensor logits, rg_tensor targets, int has_
                        "logits' shape without its last axis)", &sl, &st), RG_NONE;
   int64_t iv[4] = {has_ignore, ignore, 0, 0}, rows = 1;
   for (int i = 0; i < st.ndim; i++) rows *= st.dims[i];
-  /* the loss, and the row statistics its backward reads (ops.h) */
-  rg_shape o[2] = {{RG_F32, 0, {0}}, {RG_F32, 2, {rows + 1, 2}}};
+  /* the loss, and the row statistics its backward reads; dlogits only fused (ops.h) */
+  rg_shape o[3] = {{RG_F32, 0, {0}}, {RG_F32, 2, {rows + 1, 2}}, {0, -1, {0}}};
   return emit_main(ctx, RG_OP_CROSS_ENTROPY, in, o, iv);
 }
 rg_tensor rg_cross_entropy(rg_ctx *c, rg_tensor l, rg_tensor t) { return xent(c, l, t, 0, 0); }

@@ -56,7 +56,9 @@
  *            ignore_index. Target outside [0,C) (and not ignored): fail, naming it.
  *            stats row r < N: the row's max logit and log sum exp(x - max) ((0, 0)
  *            for a row that takes no part); row N: (count of rows taking part, 0). The
- *            backward reads them, so it reads the logits once.
+ *            backward reads them, so it reads the logits once. Optional in[2] g (scalar)
+ *            and out[2] dlogits: the node also writes CROSS_ENTROPY_BWD's dlogits as
+ *            it streams the logits (rg_backward fuses the two: autograd.c).
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
  *  COPY      out = x (same element count; used by reshape and detach).
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
@@ -164,7 +166,7 @@
   X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
   X(ATTENTION, attention, "rg_attention", 3, 2)               \
   X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2)   \
-  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 2, 2)   \
+  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 3, 3)   \
   X(MSE, mse, "rg_mse", 2, 1)                                 \
   X(COPY, copy, "rg_copy", 1, 1)                              \
   X(PERMUTE, permute, "rg_permute", 1, 1)                     \

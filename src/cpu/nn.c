@@ -640,7 +640,10 @@ rg_status rg_cpu_cross_entropy(rg_kargs *k) {
   stats[2 * v.N] = (float)count;
   stats[2 * v.N + 1] = 0.f;
   ((float *)k->out[0].p)[0] = count ? (float)(total / (double)count) : 0.f;
-  return RG_OK;
+  if (!k->out[2].p) return RG_OK;
+  rg_kargs b; /* the fused backward (ops.h): the rows again, warm in the cache */
+  rg__xent_bwd_args(k, &b);
+  return rg_cpu_cross_entropy_bwd(&b);
 }
 
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count from the forward's row

@@ -1068,38 +1068,100 @@ __device__ double2 ce_final_sums(const double *part, const double *cnt, int nb, 
   return make_double2(warp_sum(shs[lane]), warp_sum(shc[lane]));
 }
 
+/* One dlogit: exp(x - max - lse) * coef, less coef at the target, as the CPU computes it. */
+__device__ __forceinline__ float ce_grad(float x, float2 st, float coef, bool target) {
+  float v = __fmul_rn(expf(__fsub_rn(__fsub_rn(x, st.x), st.y)), coef);
+  return target ? __fsub_rn(v, coef) : v;
+}
+
+/* A row's dlogits, over its group (G threads, this one t): (exp(x - max - lse) -
+   onehot(tv)) * coef, or zeros when the row takes no part (then its logits are not
+   read). The row starts at element e0; V: head, 8-element groups and tail (see above),
+   else one element at a time. */
+template <bool V, class TX, class TD>
+__device__ __forceinline__ void ce_row_grad(const TX *xr, TD *d, int64_t C, int64_t e0, int G,
+                                            int t, bool live, float2 st, float coef,
+                                            int32_t tv) {
+  auto one = [&](int64_t c) {
+    rg_st(d, c, live ? ce_grad(rg_ld(xr, c), st, coef, c == tv) : 0.f);
+  };
+  if (!V) {
+    for (int64_t c = t; c < C; c += G) one(c);
+    return;
+  }
+  int64_t h = head8(e0, C), n8 = (C - h) / 8;
+  for (int64_t c = t; c < h; c += G) one(c);
+#pragma unroll 2
+  for (int64_t i = t; i < n8; i += G) {
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int64_t c = h + 8 * i;
+    if (live) rg_ld8(xr + h, i, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = live ? ce_grad(v[e], st, coef, c + e == tv) : 0.f;
+    rg_st8(d + h, i, v);
+  }
+  for (int64_t c = h + 8 * n8 + t; c < C; c += G) one(c);
+}
+
+/* The count of rows that take part (not ignored), as a float, for the fused backward's
+   coefficient when there is an ignore index (without one it is N: a bad target fails
+   the drain anyway). One block. */
+__global__ void ce_count_k(ce_args a, float *count) {
+  __shared__ double sh[32];
+  double c = 0;
+  for (int64_t r = threadIdx.x; r < a.N; r += blockDim.x) c += !ce_ignored(a, a.tg[r]);
+  c = grp_sum<false>(c, sh);
+  if (threadIdx.x == 0) *count = (float)c;
+}
+
 /* Per block: the sum (double, rows in a fixed order) of max + log(sum) - x[t] over its
    rows and their count, to part[block] and cnt[block]; each row's statistics to stats;
    bad targets go to the check word. The last block (on the context's counter, zero)
    adds the partials (ce_final_sums: an order fixed by nb): out = count ? sum / count : 0,
    stats[N] = (count, 0); and reports the lowest bad target, every block's atomicMin on
-   the check word having come before its count. */
-template <bool WARP, bool V, class TX>
+   the check word having come before its count.
+   FUSE (CROSS_ENTROPY's optional g and dlogits, ops.h): each row's group then writes the
+   row's dlogits as CROSS_ENTROPY_BWD would, its statistics in every thread with the bits
+   stats gets (row_ms gives every thread the same pair), the coefficient g / count with
+   count N, or pre[0] with an ignore index; reading the row again finds it in L2. */
+struct ce_fuse {
+  const float *g, *pre;
+  void *dx; /* the kernel's TD */
+};
+template <bool WARP, bool V, class TX, bool FUSE = false, class TD = float>
 __global__ void __launch_bounds__(THREADS, 4)
     ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
              double *__restrict__ cnt, unsigned *counter, float *__restrict__ out,
-             rg_cuda_err *err, int node) {
+             rg_cuda_err *err, int node, ce_fuse fu = {}) {
   __shared__ double wl[32], wc[32];
   __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
+  float coef = 0.f;
+  if (FUSE) {
+    float n = a.has_ignore ? fu.pre[0] : (float)a.N;
+    coef = n != 0.f ? fu.g[0] / n : 0.f;
+  }
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
+    const TX *xr = (const TX *)a.x + r * a.C;
+    TD *d = FUSE ? (TD *)fu.dx + r * a.C : NULL;
     if (ignored || bad) { /* uniform over the row's group */
       if (t == 0) stats[r] = make_float2(0.f, 0.f);
       if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
+      if (FUSE) ce_row_grad<V>(xr, d, a.C, r * a.C, G, t, false, make_float2(0.f, 0.f), 0.f, 0);
       continue;
     }
-    const TX *xr = (const TX *)a.x + r * a.C;
     float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
     float m, s;
     row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
+    double ls = t == 0 || FUSE ? log((double)s) : 0.0;
     if (t == 0) {
-      double ls = log((double)s);
       stats[r] = make_float2(m, (float)ls);
       mine += (double)m + ls - (double)xt;
       count += 1;
     }
+    if (FUSE) ce_row_grad<V>(xr, d, a.C, r * a.C, G, t, true, make_float2(m, (float)ls), coef, tv);
   }
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (!WARP) nw = 1; /* only thread 0 holds a sum */
@@ -1122,12 +1184,6 @@ __global__ void __launch_bounds__(THREADS, 4)
   }
 }
 
-/* One dlogit: exp(x - max - lse) * coef, less coef at the target, as the CPU computes it. */
-__device__ __forceinline__ float ce_grad(float x, float2 st, float coef, bool target) {
-  float v = __fmul_rn(expf(__fsub_rn(__fsub_rn(x, st.x), st.y)), coef);
-  return target ? __fsub_rn(v, coef) : v;
-}
-
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
    are rows with a bad target (the forward reported it; one that changed since is
    reported here), so what follows in a failing drain reads finite values. V: head,
@@ -1144,27 +1200,8 @@ __global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl,
     if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
     bool live = !ignored && !bad; /* else a row of zeros, its logits not read */
     float2 st = live ? stats[r] : make_float2(0.f, 0.f);
-    const TX *xr = (const TX *)a.x + r * a.C;
-    TD *d = dx + r * a.C;
-    auto one = [&](int64_t c) {
-      rg_st(d, c, live ? ce_grad(rg_ld(xr, c), st, coef, c == tv) : 0.f);
-    };
-    if (V) {
-      int64_t h = head8(r * a.C, a.C), n8 = (a.C - h) / 8;
-      for (int64_t c = t; c < h; c += G) one(c);
-#pragma unroll 2
-      for (int64_t i = t; i < n8; i += G) {
-        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        int64_t c = h + 8 * i;
-        if (live) rg_ld8(xr + h, i, v);
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = live ? ce_grad(v[e], st, coef, c + e == tv) : 0.f;
-        rg_st8(d + h, i, v);
-      }
-      for (int64_t c = h + 8 * n8 + t; c < a.C; c += G) one(c);
-    } else {
-      for (int64_t c = t; c < a.C; c += G) one(c);
-    }
+    ce_row_grad<V>((const TX *)a.x + r * a.C, dx + r * a.C, a.C, r * a.C, G, t, live, st, coef,
+                   tv);
   }
 }
 
@@ -1464,29 +1501,36 @@ static ce_args ce_shape(const rg_kargs *k) {
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
-  bool warp = row_config(a.N, a.C).warp;
+  bool warp = row_config(a.N, a.C).warp, fuse = k->out[2].p != NULL;
   int64_t nb = max64(1, min64(cdiv(a.N, warp ? 8 : 1), CE_BLOCKS)); /* fixed by the shapes */
-  size_t need = 2 * (size_t)nb * sizeof(double);
+  size_t need = 2 * (size_t)nb * sizeof(double) + sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
   check_hdr *h = (check_hdr *)L->ce_check;
   double *part = (double *)L->scratch, *cnt = part + nb;
   float2 *stats = (float2 *)k->out[1].p;
-  bool v = aligned16(a.x); /* head, 8-element groups and tail */
+  bool v = aligned16(a.x) && (!fuse || aligned16(k->out[2].p)); /* head, 8-groups, tail */
   float *out = (float *)k->out[0].p;
   rg_cuda_err *err = L->err;
+  ce_fuse fu = {(const float *)k->in[2].p, (const float *)(cnt + nb), k->out[2].p};
+  if (fuse && a.has_ignore) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
-    typedef typename decltype(tx)::type TX;
-    unsigned g = (unsigned)nb, *ct = L->counter;
-    cudaStream_t s = L->stream;
-    int n = L->node;
-    if (warp && v)
-      ce_fwd_k<true, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
-    else if (warp)
-      ce_fwd_k<true, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
-    else if (v)
-      ce_fwd_k<false, true, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
-    else
-      ce_fwd_k<false, false, TX><<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n);
+    rg_cuda_typed(fuse ? k->out[2].dtype : RG_F32, [&](auto td) {
+      typedef typename decltype(tx)::type TX;
+      typedef typename decltype(td)::type TD;
+      unsigned g = (unsigned)nb, *ct = L->counter;
+      cudaStream_t s = L->stream;
+      int n = L->node;
+      auto go = [&](auto kern) { kern<<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu); };
+      if (fuse) {
+        if (warp && v) go(ce_fwd_k<true, true, TX, true, TD>);
+        else if (warp) go(ce_fwd_k<true, false, TX, true, TD>);
+        else if (v) go(ce_fwd_k<false, true, TX, true, TD>);
+        else go(ce_fwd_k<false, false, TX, true, TD>);
+      } else if (warp && v) go(ce_fwd_k<true, true, TX>);
+      else if (warp) go(ce_fwd_k<true, false, TX>);
+      else if (v) go(ce_fwd_k<false, true, TX>);
+      else go(ce_fwd_k<false, false, TX>);
+    });
   });
   return rg_cuda_check_launch(k, "cross_entropy");
 }
