@@ -944,6 +944,7 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
 
 #define CE_UNROLL 4    /* groups of 8 logits a thread loads before it uses any */
 #define CE_BLOCKS 8192 /* blocks of the forward at most (one adds their partials) */
+#define CE_SMEM_MAX (110 << 10) /* a row copied to shared memory: two blocks an SM */
 #define LOG2E 1.4426950408889634f
 
 /* 2^x in one MUFU.EX2 (about 2 ulp; a result below 2^-126 is 0, which a sum holding a 1
@@ -1001,13 +1002,20 @@ __device__ __forceinline__ int64_t head8(int64_t e0, int64_t C) {
    The row starts at element e0; V: head, 8-element groups and tail (see above), else one
    element at a time. In block mode the warps' pairs are merged in warp order, after a
    leading barrier that makes back-to-back rows safe. */
-template <bool WARP, bool V, class TX>
+template <bool WARP, bool V, class TX, int U = WARP ? 2 : CE_UNROLL>
 __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int G, int t,
-                                       float &m, float &s, float *shm, float *shs) {
-  constexpr int U = WARP ? 2 : CE_UNROLL; /* a warp's row is <= 4 groups a lane */
+                                       float &m, float &s, float *shm, float *shs,
+                                       TX *cp = NULL) {
+  /* U: a warp's row is <= 4 groups a lane. cp: a copy of the row goes there too (exact:
+     bf16 -> float -> bf16), 16-byte groups where xr has them */
   m = -FLT_MAX, s = 0.f;
   int64_t h = V ? head8(e0, C) : C, n8 = (C - h) / 8;
-  for (int64_t c = t; c < h; c += G) ms_add1(m, s, rg_ld(xr, c));
+  auto one = [&](int64_t c) {
+    float x = rg_ld(xr, c);
+    if (cp) rg_st(cp, c, x);
+    ms_add1(m, s, x);
+  };
+  for (int64_t c = t; c < h; c += G) one(c);
   for (int64_t i = t; i < n8; i += U * G) {
     float v[U * 8];
 #pragma unroll
@@ -1015,12 +1023,13 @@ __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int 
       int64_t j = i + (int64_t)k * G;
       float u[8];
       rg_ld8(xr + h, min64(j, n8 - 1), u);
+      if (cp && j < n8) rg_st8(cp + h, j, u);
 #pragma unroll
       for (int e = 0; e < 8; e++) v[8 * k + e] = j < n8 ? u[e] : -INFINITY;
     }
     ms_add(m, s, v);
   }
-  for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add1(m, s, rg_ld(xr, c));
+  for (int64_t c = h + 8 * n8 + t; c < C; c += G) one(c);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     ms_merge(m, s, __shfl_xor_sync(FULL, m, o), __shfl_xor_sync(FULL, s, o));
@@ -1123,16 +1132,22 @@ __global__ void ce_count_k(ce_args a, float *count) {
    FUSE (CROSS_ENTROPY's optional g and dlogits, ops.h): each row's group then writes the
    row's dlogits as CROSS_ENTROPY_BWD would, its statistics in every thread with the bits
    stats gets (row_ms gives every thread the same pair), the coefficient g / count with
-   count N, or pre[0] with an ignore index; reading the row again finds it in L2. */
+   count N, or pre[0] with an ignore index. CE_REREAD (a warp's row, a few KB): the row
+   read again is in L1 or L2. CE_SMEM (a block's row): a copy of it in dynamic shared
+   memory, two blocks an SM, each with more groups in flight; reading a row of GPT-2's
+   vocabulary again from L2 measured no faster than from memory. */
+enum { CE_PLAIN, CE_REREAD, CE_SMEM };
 struct ce_fuse {
   const float *g, *pre;
   void *dx; /* the kernel's TD */
 };
-template <bool WARP, bool V, class TX, bool FUSE = false, class TD = float>
-__global__ void __launch_bounds__(THREADS, 4)
+extern __shared__ uint4 ce_row_smem[];
+template <bool WARP, bool V, class TX, int FUSE = CE_PLAIN, class TD = float>
+__global__ void __launch_bounds__(THREADS, FUSE == CE_SMEM ? 2 : 4)
     ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
              double *__restrict__ cnt, unsigned *counter, float *__restrict__ out,
              rg_cuda_err *err, int node, ce_fuse fu = {}) {
+  constexpr int U = WARP ? 2 : FUSE == CE_SMEM ? 2 * CE_UNROLL : CE_UNROLL;
   __shared__ double wl[32], wc[32];
   __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
@@ -1146,6 +1161,9 @@ __global__ void __launch_bounds__(THREADS, 4)
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     const TX *xr = (const TX *)a.x + r * a.C;
     TD *d = FUSE ? (TD *)fu.dx + r * a.C : NULL;
+    /* the copy keeps the row's alignment to 8 elements; the last row is read first */
+    TX *cp = FUSE == CE_SMEM ? (TX *)ce_row_smem + ((r * a.C) & 7) : NULL;
+    if (FUSE == CE_SMEM) __syncthreads();
     if (ignored || bad) { /* uniform over the row's group */
       if (t == 0) stats[r] = make_float2(0.f, 0.f);
       if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
@@ -1154,14 +1172,16 @@ __global__ void __launch_bounds__(THREADS, 4)
     }
     float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
     float m, s;
-    row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
+    row_ms<WARP, V, TX, U>(xr, a.C, r * a.C, G, t, m, s, shm, shs, cp); /* cp: its barriers */
     double ls = t == 0 || FUSE ? log((double)s) : 0.0;
     if (t == 0) {
       stats[r] = make_float2(m, (float)ls);
       mine += (double)m + ls - (double)xt;
       count += 1;
     }
-    if (FUSE) ce_row_grad<V>(xr, d, a.C, r * a.C, G, t, true, make_float2(m, (float)ls), coef, tv);
+    if (FUSE)
+      ce_row_grad<V>(cp ? (const TX *)cp : xr, d, a.C, r * a.C, G, t, true,
+                     make_float2(m, (float)ls), coef, tv);
   }
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (!WARP) nw = 1; /* only thread 0 holds a sum */
@@ -1512,7 +1532,11 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   float *out = (float *)k->out[0].p;
   rg_cuda_err *err = L->err;
   ce_fuse fu = {(const float *)k->in[2].p, (const float *)(cnt + nb), k->out[2].p};
-  if (fuse && a.has_ignore) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
+  /* a block's row copied to shared memory, two blocks an SM; else two kernels */
+  size_t smem = (size_t)(a.C + 8) * rg__dtype_size((rg_dtype)k->in[0].dtype);
+  bool two = fuse && !warp && smem > CE_SMEM_MAX;
+  cudaError_t ae = cudaSuccess;
+  if (fuse && a.has_ignore && !two) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     rg_cuda_typed(fuse ? k->out[2].dtype : RG_F32, [&](auto td) {
       typedef typename decltype(tx)::type TX;
@@ -1520,19 +1544,34 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
       unsigned g = (unsigned)nb, *ct = L->counter;
       cudaStream_t s = L->stream;
       int n = L->node;
-      auto go = [&](auto kern) { kern<<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu); };
-      if (fuse) {
-        if (warp && v) go(ce_fwd_k<true, true, TX, true, TD>);
-        else if (warp) go(ce_fwd_k<true, false, TX, true, TD>);
-        else if (v) go(ce_fwd_k<false, true, TX, true, TD>);
-        else go(ce_fwd_k<false, false, TX, true, TD>);
-      } else if (warp && v) go(ce_fwd_k<true, true, TX>);
-      else if (warp) go(ce_fwd_k<true, false, TX>);
-      else if (v) go(ce_fwd_k<false, true, TX>);
-      else go(ce_fwd_k<false, false, TX>);
+      auto go = [&](auto kern, size_t sm) {
+        if (sm) ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)sm);
+        if (ae == cudaSuccess)
+          kern<<<g, THREADS, sm, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu);
+      };
+      if (fuse && warp) {
+        if (v) go(ce_fwd_k<true, true, TX, CE_REREAD, TD>, 0);
+        else go(ce_fwd_k<true, false, TX, CE_REREAD, TD>, 0);
+      } else if (fuse && !two) {
+        if (v) go(ce_fwd_k<false, true, TX, CE_SMEM, TD>, smem);
+        else go(ce_fwd_k<false, false, TX, CE_SMEM, TD>, smem);
+      } else if (warp && v) go(ce_fwd_k<true, true, TX>, 0);
+      else if (warp) go(ce_fwd_k<true, false, TX>, 0);
+      else if (v) go(ce_fwd_k<false, true, TX>, 0);
+      else go(ce_fwd_k<false, false, TX>, 0);
     });
   });
-  return rg_cuda_check_launch(k, "cross_entropy");
+  if (ae != cudaSuccess) {
+    snprintf(k->msg, k->msgcap, "%zu bytes of shared memory a block refused: %s", smem,
+             cudaGetErrorString(ae));
+    return RG_ERR_DEVICE;
+  }
+  rg_status st = rg_cuda_check_launch(k, "cross_entropy");
+  if (st != RG_OK || !two) return st;
+  rg_kargs b;
+  rg__xent_bwd_args(k, &b);
+  return rg_cuda_cross_entropy_bwd(&b);
 }
 
 rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
