@@ -75,7 +75,7 @@ static inline int msg_has(const rg_ctx *ctx, const char *needle) {
    seed node, no rg_cross_entropy' node: autograd.c); a retained loss gradient keeps the
    two nodes (its seed is a node then). Checks both on [N, C] logits from a parameter
    (through a linear layer when lin, so they are BF16 under rg_options.bf16): the same
-   gradient bits, and two nodes fewer fused (not under RG_CHECK, which runs each node as
+   loss and gradient bits, and two nodes fewer fused (not under RG_CHECK, which runs each node as
    it is recorded). Returns 1 when both held. */
 static inline int xent_fused_check(rg_ctx *ctx, int64_t N, int64_t C, int ignore, int lin,
                                    const char *what) {
@@ -96,6 +96,7 @@ static inline int xent_fused_check(rg_ctx *ctx, int64_t N, int64_t C, int ignore
   rg_write(ctx, p, x, sizeof(float) * (size_t)n);
   if (lin) rg_write(ctx, pw, w, sizeof(float) * (size_t)(C * K));
   uint64_t nodes[2] = {0, 0};
+  float loss[2] = {0, 0};
   for (int k = 0; k < 2; k++) {
     rg_step_begin(ctx);
     rg_zero_grad(ctx);
@@ -109,12 +110,14 @@ static inline int xent_fused_check(rg_ctx *ctx, int64_t N, int64_t C, int ignore
     rg_stats_get(ctx, &s1);
     nodes[k] = s1.nodes_recorded - s0.nodes_recorded;
     CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, p), g[k], sizeof(float) * (size_t)n), RG_OK);
+    CHECK_ST(ctx, rg_item(ctx, l, &loss[k]), RG_OK);
   }
   const char *chk = getenv("RG_CHECK");
-  int same = !memcmp(g[0], g[1], sizeof(float) * (size_t)n);
+  int same = !memcmp(g[0], g[1], sizeof(float) * (size_t)n) && !memcmp(loss, loss + 1, 4);
   int fewer = (chk && *chk && *chk != '0') || nodes[0] + 2 == nodes[1];
   CHECK(rg_error(ctx) == RG_OK, "%s: %s", what, rg_errmsg(ctx));
-  CHECK(same, "%s: the fused cross-entropy gradient differs from the unfused one", what);
+  CHECK(same, "%s: the fused cross-entropy loss (%.9g) or gradient differs from the "
+        "unfused one (%.9g)", what, loss[0], loss[1]);
   CHECK(fewer, "%s: the backward recorded %llu nodes fused, %llu unfused: want 2 fewer",
         what, (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
   free(x), free(w), free(g[0]), free(g[1]), free(t);

@@ -555,15 +555,16 @@ static void run_attn_repeat(void) {
 }
 
 /* The backward fused into the cross-entropy forward (autograd.c) gives the unfused
-   kernel's bits at each of xent-kernels' shapes (warp and block rows, 16-byte groups and
-   scalar ones, ignored rows: the count kernel), on F32 logits and on a linear's BF16
-   ones (BF16 dlogits). */
+   kernels' bits at each of xent-kernels' shapes (warp and block rows, 16-byte groups and
+   scalar ones, ignored rows: the count kernel) and at 9000 block rows (ce_pipe_k: many
+   rows a block, two a virtual block), on F32 logits (at GPT-2's width: two kernels) and on
+   a linear's BF16 ones (BF16 dlogits). */
 static void run_xent_fused(void) {
-  static const int64_t sh[5][3] = {
-      {4096, 96, 0}, {1000, 7, 1}, {3, 50304, 0}, {5, 50301, 1}, {40, 1030, 0}};
+  static const int64_t sh[6][3] = {{4096, 96, 0}, {1000, 7, 1},    {3, 50304, 0},
+                                   {5, 50301, 1}, {40, 1030, 0}, {9000, 1030, 1}};
   int ok = 1;
   for (int bf = 0; bf < 2; bf++)
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
       rg_ctx *g = NULL;
       rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = bf});
       CHECK(g != NULL, "xent-fused: no CUDA context");

@@ -944,18 +944,11 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
 
 #define CE_UNROLL 4    /* groups of 8 logits a thread loads before it uses any */
 #define CE_BLOCKS 8192 /* blocks of the forward at most (one adds their partials) */
-#define CE_SMEM_MAX (110 << 10) /* a row copied to shared memory: two blocks an SM */
+#define CE_SMEM_MAX (200 << 10) /* the fused block rows' two buffers at most */
 #define LOG2E 1.4426950408889634f
 
-/* 2^x in one MUFU.EX2 (about 2 ulp; a result below 2^-126 is 0, which a sum holding a 1
-   does not see). */
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-/* exp(x - m) */
-__device__ __forceinline__ float exp_from(float x, float m) { return ex2((x - m) * LOG2E); }
+/* exp(x - m); a result below 2^-126 is 0, which a sum holding a 1 does not see */
+__device__ __forceinline__ float exp_from(float x, float m) { return rg_ex2((x - m) * LOG2E); }
 
 /* v[0] + ... + v[N-1] added pairwise (N a power of two). */
 template <int N> __device__ __forceinline__ float tree_sum(const float *v) {
@@ -1002,20 +995,13 @@ __device__ __forceinline__ int64_t head8(int64_t e0, int64_t C) {
    The row starts at element e0; V: head, 8-element groups and tail (see above), else one
    element at a time. In block mode the warps' pairs are merged in warp order, after a
    leading barrier that makes back-to-back rows safe. */
-template <bool WARP, bool V, class TX, int U = WARP ? 2 : CE_UNROLL>
+template <bool WARP, bool V, class TX>
 __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int G, int t,
-                                       float &m, float &s, float *shm, float *shs,
-                                       TX *cp = NULL) {
-  /* U: a warp's row is <= 4 groups a lane. cp: a copy of the row goes there too (exact:
-     bf16 -> float -> bf16), 16-byte groups where xr has them */
+                                       float &m, float &s, float *shm, float *shs) {
+  constexpr int U = WARP ? 2 : CE_UNROLL; /* a warp's row is <= 4 groups a lane */
   m = -FLT_MAX, s = 0.f;
   int64_t h = V ? head8(e0, C) : C, n8 = (C - h) / 8;
-  auto one = [&](int64_t c) {
-    float x = rg_ld(xr, c);
-    if (cp) rg_st(cp, c, x);
-    ms_add1(m, s, x);
-  };
-  for (int64_t c = t; c < h; c += G) one(c);
+  for (int64_t c = t; c < h; c += G) ms_add1(m, s, rg_ld(xr, c));
   for (int64_t i = t; i < n8; i += U * G) {
     float v[U * 8];
 #pragma unroll
@@ -1023,13 +1009,12 @@ __device__ __forceinline__ void row_ms(const TX *xr, int64_t C, int64_t e0, int 
       int64_t j = i + (int64_t)k * G;
       float u[8];
       rg_ld8(xr + h, min64(j, n8 - 1), u);
-      if (cp && j < n8) rg_st8(cp + h, j, u);
 #pragma unroll
       for (int e = 0; e < 8; e++) v[8 * k + e] = j < n8 ? u[e] : -INFINITY;
     }
     ms_add(m, s, v);
   }
-  for (int64_t c = h + 8 * n8 + t; c < C; c += G) one(c);
+  for (int64_t c = h + 8 * n8 + t; c < C; c += G) ms_add1(m, s, rg_ld(xr, c));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     ms_merge(m, s, __shfl_xor_sync(FULL, m, o), __shfl_xor_sync(FULL, s, o));
@@ -1129,41 +1114,49 @@ __global__ void ce_count_k(ce_args a, float *count) {
    adds the partials (ce_final_sums: an order fixed by nb): out = count ? sum / count : 0,
    stats[N] = (count, 0); and reports the lowest bad target, every block's atomicMin on
    the check word having come before its count.
-   FUSE (CROSS_ENTROPY's optional g and dlogits, ops.h): each row's group then writes the
-   row's dlogits as CROSS_ENTROPY_BWD would, its statistics in every thread with the bits
-   stats gets (row_ms gives every thread the same pair), the coefficient g / count with
-   count N, or pre[0] with an ignore index. CE_REREAD (a warp's row, a few KB): the row
-   read again is in L1 or L2. CE_SMEM (a block's row): a copy of it in dynamic shared
-   memory, two blocks an SM, each with more groups in flight; reading a row of GPT-2's
-   vocabulary again from L2 measured no faster than from memory. */
-enum { CE_PLAIN, CE_REREAD, CE_SMEM };
+   FUSE (CROSS_ENTROPY's optional g and dlogits, ops.h; a warp's row of a few KB): each
+   row's warp then writes the row's dlogits as CROSS_ENTROPY_BWD would, from the row read
+   again (in L1 or L2), its statistics in every lane with the bits stats gets (row_ms
+   gives every lane the same pair), the coefficient that of ce_coef. */
 struct ce_fuse {
   const float *g, *pre;
   void *dx; /* the kernel's TD */
 };
-extern __shared__ uint4 ce_row_smem[];
-template <bool WARP, bool V, class TX, int FUSE = CE_PLAIN, class TD = float>
-__global__ void __launch_bounds__(THREADS, FUSE == CE_SMEM ? 2 : 4)
+/* g / count, count N, or with an ignore index pre[0] (ce_count_k): a bad target fails
+   the drain anyway. */
+__device__ __forceinline__ float ce_coef(const ce_args &a, const ce_fuse &fu) {
+  float n = a.has_ignore ? fu.pre[0] : (float)a.N;
+  return n != 0.f ? fu.g[0] / n : 0.f;
+}
+
+/* The last block's part: the loss from the nb partials, stats[N], the check word. */
+__device__ void ce_finish(const ce_args &a, check_hdr *h, float2 *stats, const double *part,
+                          const double *cnt, int nb, float *out, rg_cuda_err *err, int node,
+                          double *wl, double *wc) {
+  double2 sc = ce_final_sums(part, cnt, nb, wl, wc); /* wl, wc: read before */
+  double s = sc.x, c = sc.y;
+  if (threadIdx.x == 0) {
+    report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
+    h->bad = NO_BAD; /* for the next launch (rg_cuda_launch.ce_check) */
+    out[0] = c != 0 ? (float)(s / c) : 0.f;
+    stats[a.N] = make_float2((float)c, 0.f);
+  }
+}
+
+template <bool WARP, bool V, class TX, bool FUSE = false, class TD = float>
+__global__ void __launch_bounds__(THREADS, 4)
     ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
              double *__restrict__ cnt, unsigned *counter, float *__restrict__ out,
              rg_cuda_err *err, int node, ce_fuse fu = {}) {
-  constexpr int U = WARP ? 2 : FUSE == CE_SMEM ? 2 * CE_UNROLL : CE_UNROLL;
   __shared__ double wl[32], wc[32];
   __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
-  float coef = 0.f;
-  if (FUSE) {
-    float n = a.has_ignore ? fu.pre[0] : (float)a.N;
-    coef = n != 0.f ? fu.g[0] / n : 0.f;
-  }
+  float coef = FUSE ? ce_coef(a, fu) : 0.f;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     const TX *xr = (const TX *)a.x + r * a.C;
     TD *d = FUSE ? (TD *)fu.dx + r * a.C : NULL;
-    /* the copy keeps the row's alignment to 8 elements; the last row is read first */
-    TX *cp = FUSE == CE_SMEM ? (TX *)ce_row_smem + ((r * a.C) & 7) : NULL;
-    if (FUSE == CE_SMEM) __syncthreads();
     if (ignored || bad) { /* uniform over the row's group */
       if (t == 0) stats[r] = make_float2(0.f, 0.f);
       if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
@@ -1172,16 +1165,14 @@ __global__ void __launch_bounds__(THREADS, FUSE == CE_SMEM ? 2 : 4)
     }
     float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
     float m, s;
-    row_ms<WARP, V, TX, U>(xr, a.C, r * a.C, G, t, m, s, shm, shs, cp); /* cp: its barriers */
+    row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
     double ls = t == 0 || FUSE ? log((double)s) : 0.0;
     if (t == 0) {
       stats[r] = make_float2(m, (float)ls);
       mine += (double)m + ls - (double)xt;
       count += 1;
     }
-    if (FUSE)
-      ce_row_grad<V>(cp ? (const TX *)cp : xr, d, a.C, r * a.C, G, t, true,
-                     make_float2(m, (float)ls), coef, tv);
+    if (FUSE) ce_row_grad<V>(xr, d, a.C, r * a.C, G, t, true, make_float2(m, (float)ls), coef, tv);
   }
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (!WARP) nw = 1; /* only thread 0 holds a sum */
@@ -1193,15 +1184,88 @@ __global__ void __launch_bounds__(THREADS, FUSE == CE_SMEM ? 2 : 4)
     part[blockIdx.x] = s;
     cnt[blockIdx.x] = c;
   }
-  if (!rg_cuda_last_block(counter, gridDim.x)) return;
-  double2 sc = ce_final_sums(part, cnt, gridDim.x, wl, wc); /* wl, wc: read before */
-  double s = sc.x, c = sc.y;
-  if (threadIdx.x == 0) {
-    report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
-    h->bad = NO_BAD; /* for the next launch (rg_cuda_launch.ce_check) */
-    out[0] = c != 0 ? (float)(s / c) : 0.f;
-    stats[a.N] = make_float2((float)c, 0.f);
+  if (rg_cuda_last_block(counter, gridDim.x))
+    ce_finish(a, h, stats, part, cnt, gridDim.x, out, err, node, wl, wc);
+}
+
+/* The fused forward and backward of block rows (a 16-byte aligned x), one block an SM:
+   while the block works on a row held in one of two shared buffers, cp.async copies the
+   next of its rows into the other, so the logits are read from memory once and the next
+   row's reads are in flight during this row's work (at GPT-2's shape, ce_fwd_k and the
+   backward kernel measured 230 + 420 us; the fused row read again from L2, 679 us; a copy
+   in shared memory without the overlap, 649 us). It takes the rows the plain launch's nb
+   blocks would (virtual block v: rows v, v + nb, ...) in their order and writes each
+   virtual block's partials, so the loss, the statistics (row_ms over the copy, in the same
+   groups) and the dlogits have the plain kernels' bits. Each copy keeps its row's offset
+   from a multiple of 8 elements, so the 16-byte groups line up. */
+extern __shared__ uint4 ce_rows[];
+template <class TX, class TD>
+__global__ void __launch_bounds__(THREADS, 1)
+    ce_pipe_k(ce_args a, int nb, int64_t bufl, check_hdr *h, float2 *__restrict__ stats,
+              double *__restrict__ part, double *__restrict__ cnt, unsigned *counter,
+              float *__restrict__ out, rg_cuda_err *err, int node, ce_fuse fu) {
+  __shared__ double wl[32], wc[32];
+  __shared__ float shm[32], shs[32];
+  const int G = (int)blockDim.x, t = (int)threadIdx.x;
+  const float coef = ce_coef(a, fu);
+  auto live = [&](int64_t r) {
+    int32_t tv = a.tg[r];
+    return !ce_ignored(a, tv) && tv >= 0 && tv < a.C;
+  };
+  auto buf = [&](int64_t k, int64_t r) {
+    return (TX *)ce_rows + (k & 1) * bufl + ((r * a.C) & 7);
+  };
+  auto fetch = [&](int64_t k, int64_t r) { /* row r into buffer k, unless it takes no part */
+    if (r >= 0 && live(r)) {
+      const TX *xr = (const TX *)a.x + r * a.C;
+      TX *b = buf(k, r);
+      int64_t hd = head8(r * a.C, a.C), n8 = (a.C - hd) / 8, nc = n8 * sizeof(TX) / 2;
+      const char *src = (const char *)(xr + hd);
+      char *dst = (char *)(b + hd);
+      for (int64_t c = t; c < hd; c += G) b[c] = xr[c];
+      for (int64_t j = t; j < nc; j += G) rg_cp16(dst + 16 * j, src + 16 * j); /* 16 bytes */
+      for (int64_t c = hd + 8 * n8 + t; c < a.C; c += G) b[c] = xr[c];
+    }
+    rg_cp_commit(); /* one group a row, empty or not */
+  };
+  int64_t v = blockIdx.x, r = v < nb ? v : -1;
+  double mine = 0, count = 0;
+  fetch(0, r);
+  for (int64_t k = 0; r >= 0; k++) {
+    int64_t vn = v, rn = r + nb; /* the next row: this virtual block's, or the next one's */
+    if (rn >= a.N) vn = v + gridDim.x, rn = vn < nb ? vn : -1;
+    fetch(k + 1, rn);
+    rg_cp_wait<1>(); /* this thread's copies of row r have landed */
+    __syncthreads(); /* and everyone's */
+    int32_t tv = a.tg[r];
+    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
+    TD *d = (TD *)fu.dx + r * a.C;
+    const TX *xr = buf(k, r);
+    if (ignored || bad) {
+      if (t == 0) stats[r] = make_float2(0.f, 0.f);
+      if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
+      ce_row_grad<true>(xr, d, a.C, r * a.C, G, t, false, make_float2(0.f, 0.f), 0.f, 0);
+    } else {
+      float m, s;
+      row_ms<false, true>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
+      double ls = log((double)s);
+      if (t == 0) {
+        stats[r] = make_float2(m, (float)ls);
+        mine += (double)m + ls - (double)rg_ld(xr, tv);
+        count += 1;
+      }
+      ce_row_grad<true>(xr, d, a.C, r * a.C, G, t, true, make_float2(m, (float)ls), coef, tv);
+    }
+    if (vn != v && t == 0) { /* virtual block v is done (only thread 0 holds its sums) */
+      part[v] = mine, cnt[v] = count;
+      mine = count = 0;
+    }
+    __syncthreads(); /* buffer k is free for row k + 2 */
+    v = vn, r = rn;
   }
+  rg_cp_wait_all(); /* the last, empty group */
+  if (rg_cuda_last_block(counter, gridDim.x))
+    ce_finish(a, h, stats, part, cnt, nb, out, err, node, wl, wc);
 }
 
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
@@ -1532,11 +1596,12 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   float *out = (float *)k->out[0].p;
   rg_cuda_err *err = L->err;
   ce_fuse fu = {(const float *)k->in[2].p, (const float *)(cnt + nb), k->out[2].p};
-  /* a block's row copied to shared memory, two blocks an SM; else two kernels */
-  size_t smem = (size_t)(a.C + 8) * rg__dtype_size((rg_dtype)k->in[0].dtype);
-  bool two = fuse && !warp && smem > CE_SMEM_MAX;
-  cudaError_t ae = cudaSuccess;
+  /* a block's rows fused: two buffers of a row in shared memory, else two kernels */
+  int64_t bufl = (a.C + 8 + 7) / 8 * 8; /* elements, a multiple of 16 bytes */
+  size_t smem = 2 * (size_t)bufl * rg__dtype_size((rg_dtype)k->in[0].dtype);
+  bool two = fuse && !warp && (!v || smem > CE_SMEM_MAX || L->sms <= 0);
   if (fuse && a.has_ignore && !two) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
+  cudaError_t ae = cudaSuccess;
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     rg_cuda_typed(fuse ? k->out[2].dtype : RG_F32, [&](auto td) {
       typedef typename decltype(tx)::type TX;
@@ -1544,22 +1609,22 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
       unsigned g = (unsigned)nb, *ct = L->counter;
       cudaStream_t s = L->stream;
       int n = L->node;
-      auto go = [&](auto kern, size_t sm) {
-        if (sm) ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)sm);
-        if (ae == cudaSuccess)
-          kern<<<g, THREADS, sm, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu);
+      auto go = [&](auto kern) {
+        kern<<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu);
       };
-      if (fuse && warp) {
-        if (v) go(ce_fwd_k<true, true, TX, CE_REREAD, TD>, 0);
-        else go(ce_fwd_k<true, false, TX, CE_REREAD, TD>, 0);
-      } else if (fuse && !two) {
-        if (v) go(ce_fwd_k<false, true, TX, CE_SMEM, TD>, smem);
-        else go(ce_fwd_k<false, false, TX, CE_SMEM, TD>, smem);
-      } else if (warp && v) go(ce_fwd_k<true, true, TX>, 0);
-      else if (warp) go(ce_fwd_k<true, false, TX>, 0);
-      else if (v) go(ce_fwd_k<false, true, TX>, 0);
-      else go(ce_fwd_k<false, false, TX>, 0);
+      if (fuse && !warp && !two) {
+        auto kern = ce_pipe_k<TX, TD>;
+        ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (ae == cudaSuccess)
+          kern<<<(unsigned)min64(nb, L->sms), THREADS, smem, s>>>(a, (int)nb, bufl, h, stats,
+                                                                  part, cnt, ct, out, err, n, fu);
+      } else if (fuse && warp) {
+        if (v) go(ce_fwd_k<true, true, TX, true, TD>);
+        else go(ce_fwd_k<true, false, TX, true, TD>);
+      } else if (warp && v) go(ce_fwd_k<true, true, TX>);
+      else if (warp) go(ce_fwd_k<true, false, TX>);
+      else if (v) go(ce_fwd_k<false, true, TX>);
+      else go(ce_fwd_k<false, false, TX>);
     });
   });
   if (ae != cudaSuccess) {
