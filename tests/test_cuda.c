@@ -554,11 +554,11 @@ static void run_attn_repeat(void) {
   attn_repeat(1);
 }
 
-/* The backward fused into the cross-entropy forward (autograd.c) gives the unfused
-   kernels' bits at each of xent-kernels' shapes (warp and block rows, 16-byte groups and
-   scalar ones, ignored rows: the count kernel) and at 9000 block rows (ce_pipe_k: many
-   rows a block, two a virtual block), on F32 logits (at GPT-2's width: two kernels) and on
-   a linear's BF16 ones (BF16 dlogits). */
+/* The backward fused into the cross-entropy forward node (autograd.c) gives the unfused
+   nodes' bits at each of xent-kernels' shapes and at 9000 block rows: warp rows in one
+   kernel (16-byte groups and scalar ones, ignored rows: the count kernel), block rows in
+   the two kernels of one node; on F32 logits and on a linear's BF16 ones (BF16
+   dlogits). */
 static void run_xent_fused(void) {
   static const int64_t sh[6][3] = {{4096, 96, 0}, {1000, 7, 1},    {3, 50304, 0},
                                    {5, 50301, 1}, {40, 1030, 0}, {9000, 1030, 1}};

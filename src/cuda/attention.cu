@@ -149,7 +149,7 @@
  * done) -> fill tiles -> sync -> scores, write P -> sync -> products from P. bf16: one a
  * loop iteration. Before the loop each thread issues its copies of the block's own tiles
  * and of walked tile 0 into buffer 0 (and fills the rest synchronously: g, lse, delta).
- * Iteration i: rg_cp_wait_all (this thread's copies of tile i, the only ones in flight, have
+ * Iteration i: cp_wait (this thread's copies of tile i, the only ones in flight, have
  * landed) -> sync: tile i is whole in buffer i % 2 for every warp, and every warp has
  * finished iteration i - 1, the last reader of buffer (i + 1) % 2 -> issue tile i + 1
  * into buffer (i + 1) % 2 (cp.async, or stores for zeros and the synchronous fills) ->
@@ -669,6 +669,9 @@ __global__ void __launch_bounds__(NT, MINB(DM))
    at row g + 8 (g = lane / 4, q = lane % 4). */
 typedef float acc8[4];
 
+__device__ __forceinline__ unsigned sm_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
 /* Four 8 x 8 b16 matrices, lanes 8 i .. 8 i + 7 giving the row addresses of matrix i;
    r[i] is this lane's pair of matrix i (row lane / 4, columns 2 (lane % 4) and + 1, or
    with .trans that pair of the transposed matrix). The memory clobber keeps the reads
@@ -703,13 +706,24 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
 
+/* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
+   completing at the issuing thread's next cp_wait; the memory clobbers keep ordinary
+   shared accesses on their side of it. */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm_addr(dst)),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+/* Every copy this thread issued has landed (visible to the block after a barrier):
+   wait_all commits the copies not yet in a group and waits for every group. */
+__device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /* Rows [0, n) of a bf16 tile at src (row stride ld, D columns) into the shared tile dst
    [R][DM + 8], zero past row n and past D, in 16-byte chunks (8 columns; thread i takes
    chunks i, i + 128, ..., so a quarter-warp's 8 chunks are 128 consecutive bytes of one
    row). vec: every row starts 16-byte aligned and a chunk that starts before D may be
    read whole (D % 8 == 0, or zeros up to a multiple of 8 as in the copy of g): each chunk
-   is one cp16, complete at the caller's rg_cp_wait_all. Otherwise 2-byte loads, stored before
+   is one cp16, complete at the caller's cp_wait. Otherwise 2-byte loads, stored before
    returning (loop not unrolled: the callers' accumulators need the registers). */
 template <int DM, int R = TR>
 __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t ld, int D,
@@ -721,7 +735,7 @@ __device__ __forceinline__ void bfill(bf16 *dst, const bf16 *src, int n, int64_t
       int i = (int)threadIdx.x + k * MT, r = i / CR, d = i % CR * 8;
       bf16 *s = dst + r * LD + d;
       if (r < n && d < D)
-        rg_cp16(s, src + r * ld + d);
+        cp16(s, src + r * ld + d);
       else
         *(uint4 *)s = make_uint4(0u, 0u, 0u, 0u);
     }
@@ -792,8 +806,8 @@ __device__ __forceinline__ void mma_nt(acc8 (&acc)[MR][NC / 8], const bf16 *A, c
   /* A: matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a[0..3];
      B: (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1 of the column
      tiles n and n + 1 */
-  unsigned pa = rg_smem_addr(A + (l & 15) * LD + (l >> 4) * 8);
-  unsigned pb = rg_smem_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
+  unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
+  unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
 #pragma unroll
   for (int i = 0; i < MR; i++) zero8(acc[i]);
 #pragma unroll
@@ -821,7 +835,7 @@ template <int DM, int MR>
 __device__ __forceinline__ void ld_a(unsigned (&fa)[MR][DM / 16][4], const bf16 *A, int dn) {
   constexpr int LD = DM + 8;
   const int l = lane_();
-  unsigned pa = rg_smem_addr(A + (l & 15) * LD + (l >> 4) * 8);
+  unsigned pa = sm_addr(A + (l & 15) * LD + (l >> 4) * 8);
 #pragma unroll
   for (int k = 0; k < DM; k += 16) {
     if (k >= dn) break;
@@ -836,7 +850,7 @@ __device__ __forceinline__ void mma_ntr(acc8 (&acc)[MR][NC / 8],
                                         int dn) {
   constexpr int LD = DM + 8;
   const int l = lane_();
-  unsigned pb = rg_smem_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
+  unsigned pb = sm_addr(B + ((l >> 4) * 8 + (l & 7)) * LD + ((l >> 3) & 1) * 8);
 #pragma unroll
   for (int i = 0; i < MR; i++) zero8(acc[i]);
 #pragma unroll
@@ -867,7 +881,7 @@ __device__ __forceinline__ void mma_pm(acc8 (&acc)[MR][DM / 8],
   const int l = lane_();
   /* matrices (rows 0-7, columns 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) transposed =
      b0, b1 of the column tiles n and n + 1 */
-  unsigned pm = rg_smem_addr(M + (l & 15) * LD + (l >> 4) * 8);
+  unsigned pm = sm_addr(M + (l & 15) * LD + (l >> 4) * 8);
 #pragma unroll
   for (int n = 0; n < DM / 8; n += 2) {
     if (8 * n >= dn) break;
@@ -1011,7 +1025,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
   }
   for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) { /* online softmax over key tiles */
     int kn = min(TR, nk - j0);
-    rg_cp_wait_all();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
     __syncthreads(); /* tile j0 is whole in buffer b; every warp is done with buffer b ^ 1 */
     if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1); /* lands while this tile is worked on */
     /* uniform over the warp: its rows are past T, or (causal) all before key j0 */
@@ -1058,7 +1072,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
     }
     mma_pm<DM, MR, TR>(o, p, Vs, a.dn);
   }
-  rg_cp_wait_all(); /* no key tile (S == 0): Qs's copies land before the block exits */
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   int64_t row = bh * a.T + t0;
 #pragma unroll
   for (int i = 0; i < MR; i++) {
@@ -1126,7 +1140,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
   for (int i = 0; i < MR; i++) zero8(dq[i]);
   for (int j0 = 0, b = 0; j0 < nk; j0 += TR, b ^= 1) {
     int kn = min(TR, nk - j0);
-    rg_cp_wait_all();       /* this thread's copies of tile j0 (and of Qs) have landed */
+    cp_wait();       /* this thread's copies of tile j0 (and of Qs) have landed */
     __syncthreads(); /* tile j0 whole in buffer b (Qs, Gs too); buffer b ^ 1 is free */
     if (j0 + TR < nk) kv_tile(j0 + TR, b ^ 1);
     /* uniform over the warp: its rows are past T, or (causal) all before key j0 */
@@ -1140,7 +1154,8 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
 #pragma unroll
       for (int n = 0; n < 8; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[i][n][e] = rg_ex2(fmaf(s[i][n][e], sl, -lg[i][e >> 1]));
+        for (int e = 0; e < 4; e++)
+          s[i][n][e] = rg_ex2(fmaf(s[i][n][e], sl, -lg[i][e >> 1]));
     if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, 0.f, a, kn, j0, tw + g);
 #pragma unroll
     for (int i = 0; i < MR; i++) to_a<TR>(p[i], s[i]);
@@ -1156,7 +1171,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
     }
     mma_pm<DM, MR, TR>(dq, ds, Ks, a.dn);
   }
-  rg_cp_wait_all(); /* no key tile (S == 0): Qs's copies land before the block exits */
+  cp_wait(); /* no key tile (S == 0): Qs's copies land before the block exits */
   const float one[2] = {1.f, 1.f};
 #pragma unroll
   for (int i = 0; i < MR; i++) mstore<DM>(io.dq, qoff, nq, a.q.sr, a, dq[i], WR * w + 16 * i, one);
@@ -1218,7 +1233,7 @@ __global__ void __launch_bounds__(MT, MMB_KV(DM))
   }
   for (int t0 = tf, b = 0; t0 < a.T; t0 += TR, b ^= 1) {
     int tn = min(TR, a.T - t0);
-    rg_cp_wait_all();       /* this thread's copies of tile t0 (and of Ks, Vs) have landed */
+    cp_wait();       /* this thread's copies of tile t0 (and of Ks, Vs) have landed */
     __syncthreads(); /* tile t0 whole in buffer b (Ks, Vs too); buffer b ^ 1 is free */
     const bool next = t0 + TR < a.T;
     float nl = 0.f, nd = 0.f; /* the next tile's Ls, Dl of row threadIdx.x, stored below */
@@ -1288,7 +1303,7 @@ __global__ void __launch_bounds__(MT, MMB_KV(DM))
       Dl[(b ^ 1) * TR + threadIdx.x] = nd;
     }
   }
-  rg_cp_wait_all(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
+  cp_wait(); /* no query tile (causal, keys past T): Ks's, Vs's copies land before exit */
   const float one[2] = {1.f, 1.f};
 #pragma unroll
   for (int i = 0; i < MR; i++) {

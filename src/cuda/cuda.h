@@ -251,34 +251,12 @@ __device__ __forceinline__ void rg_st4(rg_bf16 *p, int64_t j, float4 v) {
 }
 
 /* 2^x in one MUFU.EX2 (about 2 ulp), a subnormal result flushed to 0 (exp2f keeps
-   subnormals at the cost of three more instructions); 2^-inf = 0 exactly. */
+   subnormals at the cost of three more instructions; a probability below 2^-126 is 0
+   beside the row's largest, which is 1); 2^-inf = 0 exactly. */
 __device__ __forceinline__ float rg_ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-__device__ __forceinline__ unsigned rg_smem_addr(const void *p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-/* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
-   both 16-byte aligned; the memory clobbers keep ordinary shared accesses on their side
-   of it. The copies land at the issuing thread's wait (visible to the block after a
-   barrier): rg_cp_wait_all, or rg_cp_wait<n> for all but the n most recent groups that
-   rg_cp_commit closed. */
-__device__ __forceinline__ void rg_cp16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(rg_smem_addr(dst)),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
-__device__ __forceinline__ void rg_cp_commit(void) {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void rg_cp_wait(void) {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void rg_cp_wait_all(void) {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 /* Elements [8j, 8j + 8): 16 bytes of bf16 (one uint4) or two float4; aligned as above. */

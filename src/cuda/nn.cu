@@ -944,7 +944,6 @@ __device__ __forceinline__ bool ce_ignored(const ce_args &a, int32_t tv) {
 
 #define CE_UNROLL 4    /* groups of 8 logits a thread loads before it uses any */
 #define CE_BLOCKS 8192 /* blocks of the forward at most (one adds their partials) */
-#define CE_SMEM_MAX (200 << 10) /* the fused block rows' two buffers at most */
 #define LOG2E 1.4426950408889634f
 
 /* exp(x - m); a result below 2^-126 is 0, which a sum holding a 1 does not see */
@@ -1117,32 +1116,12 @@ __global__ void ce_count_k(ce_args a, float *count) {
    FUSE (CROSS_ENTROPY's optional g and dlogits, ops.h; a warp's row of a few KB): each
    row's warp then writes the row's dlogits as CROSS_ENTROPY_BWD would, from the row read
    again (in L1 or L2), its statistics in every lane with the bits stats gets (row_ms
-   gives every lane the same pair), the coefficient that of ce_coef. */
+   gives every lane the same pair), the coefficient g / count with count N, or pre[0]
+   with an ignore index (ce_count_k; a bad target fails the drain anyway). */
 struct ce_fuse {
   const float *g, *pre;
   void *dx; /* the kernel's TD */
 };
-/* g / count, count N, or with an ignore index pre[0] (ce_count_k): a bad target fails
-   the drain anyway. */
-__device__ __forceinline__ float ce_coef(const ce_args &a, const ce_fuse &fu) {
-  float n = a.has_ignore ? fu.pre[0] : (float)a.N;
-  return n != 0.f ? fu.g[0] / n : 0.f;
-}
-
-/* The last block's part: the loss from the nb partials, stats[N], the check word. */
-__device__ void ce_finish(const ce_args &a, check_hdr *h, float2 *stats, const double *part,
-                          const double *cnt, int nb, float *out, rg_cuda_err *err, int node,
-                          double *wl, double *wc) {
-  double2 sc = ce_final_sums(part, cnt, nb, wl, wc); /* wl, wc: read before */
-  double s = sc.x, c = sc.y;
-  if (threadIdx.x == 0) {
-    report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
-    h->bad = NO_BAD; /* for the next launch (rg_cuda_launch.ce_check) */
-    out[0] = c != 0 ? (float)(s / c) : 0.f;
-    stats[a.N] = make_float2((float)c, 0.f);
-  }
-}
-
 template <bool WARP, bool V, class TX, bool FUSE = false, class TD = float>
 __global__ void __launch_bounds__(THREADS, 4)
     ce_fwd_k(ce_args a, check_hdr *h, float2 *__restrict__ stats, double *__restrict__ part,
@@ -1151,7 +1130,11 @@ __global__ void __launch_bounds__(THREADS, 4)
   __shared__ double wl[32], wc[32];
   __shared__ float shm[32], shs[32];
   double mine = 0, count = 0;
-  float coef = FUSE ? ce_coef(a, fu) : 0.f;
+  float coef = 0.f;
+  if (FUSE) {
+    float n = a.has_ignore ? fu.pre[0] : (float)a.N;
+    coef = n != 0.f ? fu.g[0] / n : 0.f;
+  }
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
@@ -1184,88 +1167,15 @@ __global__ void __launch_bounds__(THREADS, 4)
     part[blockIdx.x] = s;
     cnt[blockIdx.x] = c;
   }
-  if (rg_cuda_last_block(counter, gridDim.x))
-    ce_finish(a, h, stats, part, cnt, gridDim.x, out, err, node, wl, wc);
-}
-
-/* The fused forward and backward of block rows (a 16-byte aligned x), one block an SM:
-   while the block works on a row held in one of two shared buffers, cp.async copies the
-   next of its rows into the other, so the logits are read from memory once and the next
-   row's reads are in flight during this row's work (at GPT-2's shape, ce_fwd_k and the
-   backward kernel measured 230 + 420 us; the fused row read again from L2, 679 us; a copy
-   in shared memory without the overlap, 649 us). It takes the rows the plain launch's nb
-   blocks would (virtual block v: rows v, v + nb, ...) in their order and writes each
-   virtual block's partials, so the loss, the statistics (row_ms over the copy, in the same
-   groups) and the dlogits have the plain kernels' bits. Each copy keeps its row's offset
-   from a multiple of 8 elements, so the 16-byte groups line up. */
-extern __shared__ uint4 ce_rows[];
-template <class TX, class TD>
-__global__ void __launch_bounds__(THREADS, 1)
-    ce_pipe_k(ce_args a, int nb, int64_t bufl, check_hdr *h, float2 *__restrict__ stats,
-              double *__restrict__ part, double *__restrict__ cnt, unsigned *counter,
-              float *__restrict__ out, rg_cuda_err *err, int node, ce_fuse fu) {
-  __shared__ double wl[32], wc[32];
-  __shared__ float shm[32], shs[32];
-  const int G = (int)blockDim.x, t = (int)threadIdx.x;
-  const float coef = ce_coef(a, fu);
-  auto live = [&](int64_t r) {
-    int32_t tv = a.tg[r];
-    return !ce_ignored(a, tv) && tv >= 0 && tv < a.C;
-  };
-  auto buf = [&](int64_t k, int64_t r) {
-    return (TX *)ce_rows + (k & 1) * bufl + ((r * a.C) & 7);
-  };
-  auto fetch = [&](int64_t k, int64_t r) { /* row r into buffer k, unless it takes no part */
-    if (r >= 0 && live(r)) {
-      const TX *xr = (const TX *)a.x + r * a.C;
-      TX *b = buf(k, r);
-      int64_t hd = head8(r * a.C, a.C), n8 = (a.C - hd) / 8, nc = n8 * sizeof(TX) / 2;
-      const char *src = (const char *)(xr + hd);
-      char *dst = (char *)(b + hd);
-      for (int64_t c = t; c < hd; c += G) b[c] = xr[c];
-      for (int64_t j = t; j < nc; j += G) rg_cp16(dst + 16 * j, src + 16 * j); /* 16 bytes */
-      for (int64_t c = hd + 8 * n8 + t; c < a.C; c += G) b[c] = xr[c];
-    }
-    rg_cp_commit(); /* one group a row, empty or not */
-  };
-  int64_t v = blockIdx.x, r = v < nb ? v : -1;
-  double mine = 0, count = 0;
-  fetch(0, r);
-  for (int64_t k = 0; r >= 0; k++) {
-    int64_t vn = v, rn = r + nb; /* the next row: this virtual block's, or the next one's */
-    if (rn >= a.N) vn = v + gridDim.x, rn = vn < nb ? vn : -1;
-    fetch(k + 1, rn);
-    rg_cp_wait<1>(); /* this thread's copies of row r have landed */
-    __syncthreads(); /* and everyone's */
-    int32_t tv = a.tg[r];
-    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
-    TD *d = (TD *)fu.dx + r * a.C;
-    const TX *xr = buf(k, r);
-    if (ignored || bad) {
-      if (t == 0) stats[r] = make_float2(0.f, 0.f);
-      if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
-      ce_row_grad<true>(xr, d, a.C, r * a.C, G, t, false, make_float2(0.f, 0.f), 0.f, 0);
-    } else {
-      float m, s;
-      row_ms<false, true>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
-      double ls = log((double)s);
-      if (t == 0) {
-        stats[r] = make_float2(m, (float)ls);
-        mine += (double)m + ls - (double)rg_ld(xr, tv);
-        count += 1;
-      }
-      ce_row_grad<true>(xr, d, a.C, r * a.C, G, t, true, make_float2(m, (float)ls), coef, tv);
-    }
-    if (vn != v && t == 0) { /* virtual block v is done (only thread 0 holds its sums) */
-      part[v] = mine, cnt[v] = count;
-      mine = count = 0;
-    }
-    __syncthreads(); /* buffer k is free for row k + 2 */
-    v = vn, r = rn;
+  if (!rg_cuda_last_block(counter, gridDim.x)) return;
+  double2 sc = ce_final_sums(part, cnt, gridDim.x, wl, wc); /* wl, wc: read before */
+  double s = sc.x, c = sc.y;
+  if (threadIdx.x == 0) {
+    report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
+    h->bad = NO_BAD; /* for the next launch (rg_cuda_launch.ce_check) */
+    out[0] = c != 0 ? (float)(s / c) : 0.f;
+    stats[a.N] = make_float2((float)c, 0.f);
   }
-  rg_cp_wait_all(); /* the last, empty group */
-  if (rg_cuda_last_block(counter, gridDim.x))
-    ce_finish(a, h, stats, part, cnt, nb, out, err, node, wl, wc);
 }
 
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
@@ -1527,8 +1437,8 @@ rg_status rg_cuda_embedding(rg_kargs *k) {
 }
 
 /* A small table: emb_scan_acc_k alone. Else scratch: header, counts [V+1], offsets [V+1],
-   bucket list [n], sorted list [n], the scan's block sums (int32). Without room for them (or with more than 2^31
-   positions) the float-atomic fallback runs. */
+   bucket list [n], sorted list [n], the scan's block sums (int32). Without room for them
+   (or with more than 2^31 positions) the float-atomic fallback runs. */
 rg_status rg_cuda_embedding_bwd(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   const int32_t *idx = (const int32_t *)k->in[0].p;
@@ -1578,6 +1488,12 @@ static ce_args ce_shape(const rg_kargs *k) {
   return a;
 }
 
+/* The fused backward (out[2], ops.h) of warp rows runs in ce_fwd_k; block rows run the
+   backward's kernel after it. At GPT-2's rows (bf16 [8192, 50304] on the H200) the two
+   kernels take 230 + 420 us, and every fused form measured slower: the row read again
+   from L2 (679 us), a copy of it in shared memory (649 us, two blocks an SM), or the next
+   row copied there by cp.async while the block works on the current one (723 us at 256
+   threads, 690 at 512). */
 /* Scratch: per-block loss and count partials (doubles); the check word is the context's
    own (rg_cuda_launch.ce_check), left clean by the last block. A warp per row (8 rows a
    block) up to C = 1024, else a block of 256 per row. One kernel: its last block adds the
@@ -1585,7 +1501,7 @@ static ce_args ce_shape(const rg_kargs *k) {
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
-  bool warp = row_config(a.N, a.C).warp, fuse = k->out[2].p != NULL;
+  bool warp = row_config(a.N, a.C).warp, fuse = k->out[2].p != NULL && warp;
   int64_t nb = max64(1, min64(cdiv(a.N, warp ? 8 : 1), CE_BLOCKS)); /* fixed by the shapes */
   size_t need = 2 * (size_t)nb * sizeof(double) + sizeof(float);
   if (need > L->scratch_bytes) return no_scratch(k, need);
@@ -1596,12 +1512,7 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   float *out = (float *)k->out[0].p;
   rg_cuda_err *err = L->err;
   ce_fuse fu = {(const float *)k->in[2].p, (const float *)(cnt + nb), k->out[2].p};
-  /* a block's rows fused: two buffers of a row in shared memory, else two kernels */
-  int64_t bufl = (a.C + 8 + 7) / 8 * 8; /* elements, a multiple of 16 bytes */
-  size_t smem = 2 * (size_t)bufl * rg__dtype_size((rg_dtype)k->in[0].dtype);
-  bool two = fuse && !warp && (!v || smem > CE_SMEM_MAX || L->sms <= 0);
-  if (fuse && a.has_ignore && !two) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
-  cudaError_t ae = cudaSuccess;
+  if (fuse && a.has_ignore) ce_count_k<<<1, 1024, 0, L->stream>>>(a, (float *)fu.pre);
   rg_cuda_typed(k->in[0].dtype, [&](auto tx) {
     rg_cuda_typed(fuse ? k->out[2].dtype : RG_F32, [&](auto td) {
       typedef typename decltype(tx)::type TX;
@@ -1612,29 +1523,17 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
       auto go = [&](auto kern) {
         kern<<<g, THREADS, 0, s>>>(a, h, stats, part, cnt, ct, out, err, n, fu);
       };
-      if (fuse && !warp && !two) {
-        auto kern = ce_pipe_k<TX, TD>;
-        ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (ae == cudaSuccess)
-          kern<<<(unsigned)min64(nb, L->sms), THREADS, smem, s>>>(a, (int)nb, bufl, h, stats,
-                                                                  part, cnt, ct, out, err, n, fu);
-      } else if (fuse && warp) {
-        if (v) go(ce_fwd_k<true, true, TX, true, TD>);
-        else go(ce_fwd_k<true, false, TX, true, TD>);
-      } else if (warp && v) go(ce_fwd_k<true, true, TX>);
+      if (fuse && v) go(ce_fwd_k<true, true, TX, true, TD>);
+      else if (fuse) go(ce_fwd_k<true, false, TX, true, TD>);
+      else if (warp && v) go(ce_fwd_k<true, true, TX>);
       else if (warp) go(ce_fwd_k<true, false, TX>);
       else if (v) go(ce_fwd_k<false, true, TX>);
       else go(ce_fwd_k<false, false, TX>);
     });
   });
-  if (ae != cudaSuccess) {
-    snprintf(k->msg, k->msgcap, "%zu bytes of shared memory a block refused: %s", smem,
-             cudaGetErrorString(ae));
-    return RG_ERR_DEVICE;
-  }
   rg_status st = rg_cuda_check_launch(k, "cross_entropy");
-  if (st != RG_OK || !two) return st;
-  rg_kargs b;
+  if (st != RG_OK || fuse || !k->out[2].p) return st;
+  rg_kargs b; /* block rows: the backward's own kernel, in this node */
   rg__xent_bwd_args(k, &b);
   return rg_cuda_cross_entropy_bwd(&b);
 }
