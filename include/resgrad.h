@@ -344,7 +344,9 @@ RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v
 RG_API rg_tensor rg_attention_qkv(rg_ctx *ctx, rg_tensor qkv, int64_t heads, int causal);
 /* Mean cross-entropy of logits [..., C] against I32 targets [...]; a scalar. A target
    outside [0, C) is RG_ERR_MISUSE at the barrier naming the value. The _ignore variant
-   skips targets equal to ignore_index (mean over the rest; 0 if none). d: logits. */
+   skips targets equal to ignore_index (mean over the rest; 0 if none). d: logits.
+   rg_backward straight from this loss (nothing recorded after it) computes d logits in
+   the loss's own node, with the bits a separate backward node would give. */
 RG_API rg_tensor rg_cross_entropy(rg_ctx *ctx, rg_tensor logits, rg_tensor targets);
 RG_API rg_tensor rg_cross_entropy_ignore(rg_ctx *ctx, rg_tensor logits, rg_tensor targets,
                                          int ignore_index);
