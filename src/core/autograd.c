@@ -233,12 +233,12 @@ static void span(rg_ctx *ctx, uint32_t ref, const char **lo, const char **hi) {
 }
 
 /* The first rule of a backward from a cross-entropy loss: when its forward node is the
-   last one recorded and has not run, and g is the seed 1, that node writes dlogits too,
-   as it streams the logits (its optional in[2] and out[2], ops.h): one pass over them
-   fewer than a CROSS_ENTROPY_BWD node. The new tensor is written earlier than a node of
-   its own would write it, but no node runs in between, and its bytes are not the
-   forward's inputs' (a range the pass pool reused could be: then no fusion). Returns
-   dlogits, or 0 to record the backward node. */
+   last one recorded and has not run, and g is the seed 1, that node computes dlogits
+   too (its optional in[2] and out[2], ops.h): no CROSS_ENTROPY_BWD node, and where the
+   backend can (CUDA's short rows), one pass over the logits fewer. The new tensor is
+   written earlier than a node of its own would write it, but no node runs in between,
+   and its bytes are not the forward's inputs' (a range the pass pool reused could be:
+   then no fusion). Returns dlogits, or 0 to record the backward node. */
 static uint32_t xent_fused(rg_ctx *ctx, const rg_node *n, uint32_t g) {
   if (!g || g != ctx->one || ctx->n_nodes <= ctx->q_head) return 0;
   size_t k = ctx->n_nodes - 1;

@@ -57,8 +57,8 @@
  *            stats row r < N: the row's max logit and log sum exp(x - max) ((0, 0)
  *            for a row that takes no part); row N: (count of rows taking part, 0). The
  *            backward reads them, so it reads the logits once. Optional in[2] g (scalar)
- *            and out[2] dlogits: the node also writes CROSS_ENTROPY_BWD's dlogits as
- *            it streams the logits (rg_backward fuses the two: autograd.c).
+ *            and out[2] dlogits: the node also computes CROSS_ENTROPY_BWD's dlogits
+ *            (rg_backward fuses the two: autograd.c).
  *  MSE       pred, target same shape -> scalar mean((p-t)^2).
  *  COPY      out = x (same element count; used by reshape and detach).
  *  PERMUTE   out axis j = x axis i[j] (i[0..ndim-1]).
