@@ -5,13 +5,24 @@
  * graph in a CPU and a CUDA context and compares the output, the loss and every
  * parameter gradient by normalised error ||cuda - cpu|| / ||cpu||.
  *
- * Exits 77 (skipped) where no CUDA GPU is usable.
+ * `test_cuda NAME ...` runs only the cases whose printed names contain one of the NAMEs
+ * (for a sanitizer run on a few kernels). Exits 77 (skipped) where no CUDA GPU is usable.
  */
 #include "common.h"
 #include "resgrad_nn.h"
 
 #include <math.h>
 #include <unistd.h>
+
+/* The case filter (argv): is the case of this printed name to run? */
+static char **only;
+static int nonly, nwanted;
+static int want(const char *name) {
+  int yes = nonly == 0;
+  for (int i = 0; i < nonly; i++) yes |= strstr(name, only[i]) != NULL;
+  nwanted += yes;
+  return yes;
+}
 
 typedef struct out { rg_tensor y, loss; } out;
 typedef out (*build_fn)(rg_ctx *ctx);
@@ -471,6 +482,7 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
    so both round the same products and activations (bf16 activations). */
 static int no_cudnn; /* rg_options.no_cudnn of the CUDA contexts of run_case_mode */
 static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
+  if (!want(name)) return;
   rg_options o = {.quiet = 1, .seed = 11, .no_cudnn = no_cudnn};
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
@@ -907,7 +919,8 @@ static void run_oom_and_sync(void) {
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  only = argv + 1, nonly = argc - 1;
   rg_ctx *probe = NULL;
   rg_status st = rg_open(&probe, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
   if (st != RG_OK) {
@@ -968,14 +981,15 @@ int main(void) {
   no_cudnn = 1;
   run_case_mode("attn-own", c_attn_dnn, 3e-2, 3);
   no_cudnn = 0;
-  run_attn_repeat();
-  run_xent_fused();
-  run_training();
-  run_adamw_vec();
-  run_checkpoint();
-  run_graphs();
-  run_faults();
-  run_attn_limit();
-  run_oom_and_sync();
+  if (want("attn-repeat") || want("attn-rep-own")) run_attn_repeat();
+  if (want("xent-fused")) run_xent_fused();
+  if (want("training")) run_training();
+  if (want("adamw-vec")) run_adamw_vec();
+  if (want("checkpoint")) run_checkpoint();
+  if (want("graphs")) run_graphs();
+  if (want("faults")) run_faults();
+  if (want("attn-limit")) run_attn_limit();
+  if (want("oom+sync")) run_oom_and_sync();
+  CHECK(nwanted > 0, "no case's name contains any of the %d names given", nonly);
   return finish();
 }
