@@ -1488,16 +1488,16 @@ static ce_args ce_shape(const rg_kargs *k) {
   return a;
 }
 
-/* The fused backward (out[2], ops.h) of warp rows runs in ce_fwd_k; block rows run the
-   backward's kernel after it. At GPT-2's rows (bf16 [8192, 50304] on the H200) the two
-   kernels take 230 + 420 us, and every fused form measured slower: the row read again
-   from L2 (679 us), a copy of it in shared memory (649 us, two blocks an SM), or the next
-   row copied there by cp.async while the block works on the current one (723 us at 256
-   threads, 690 at 512). */
-/* Scratch: per-block loss and count partials (doubles); the check word is the context's
-   own (rg_cuda_launch.ce_check), left clean by the last block. A warp per row (8 rows a
-   block) up to C = 1024, else a block of 256 per row. One kernel: its last block adds the
-   partials (a second kernel cost ~2-4 us of launch, setting the word another). */
+/* Scratch: per-block loss and count partials (doubles), and the fused backward's count;
+   the check word is the context's own (rg_cuda_launch.ce_check), left clean by the last
+   block. The fused backward (out[2], ops.h) of warp rows runs in ce_fwd_k; block rows
+   run the backward's kernel after it: at GPT-2's rows (bf16 [8192, 50304] on the H200)
+   the two kernels take 230 + 420 us, and every fused form measured slower (the row read
+   again from L2, 679 us; a copy of it in shared memory, 649 us at two blocks an SM; the
+   next row copied there by cp.async while the block works on the current one, 723 us at
+   256 threads, 690 at 512). A warp per row (8 rows a block) up to C = 1024, else a
+   block of 256 per row. One kernel: its last block adds the partials (a second kernel
+   cost ~2-4 us of launch, setting the word another). */
 rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   ce_args a = ce_shape(k);
