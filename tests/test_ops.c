@@ -1735,6 +1735,38 @@ static void ce_fused(int ignore, const char *what) {
   }
 }
 
+/* The fused backward's edges (autograd.c), each against the unfused bits (a retained
+   loss): the logits' retained gradient is the forward's own dlogits; a loss read before
+   rg_backward has run, so nothing is fused; a second rg_backward from the same loss is
+   not fused and adds the same into the parameter's gradient. */
+static void ce_fused_edges(void) {
+  static const int32_t tg[4] = {1, 0, 4, 2};
+  static const char *what[3] = {"fused backward: retained logits' gradient",
+                                "fused backward: loss read first",
+                                "fused backward: two backward passes"};
+  float l[20], got[2][20];
+  fill(l, 20, -2, 2);
+  for (int mode = 0; mode < 3; mode++) {
+    for (int fused = 0; fused < 2; fused++) {
+      rg_ctx *ctx = open_ctx();
+      if (!ctx) return;
+      rg_tensor p = param(ctx, 2, (int64_t[]){4, 5}, l);
+      rg_step_begin(ctx);
+      rg_tensor lg = rg_scale(ctx, p, 1.5f);
+      CHECK_ST(ctx, rg_retain_grad(ctx, lg), RG_OK);
+      rg_tensor loss = rg_cross_entropy(ctx, lg, input_i32(ctx, 1, (int64_t[]){4}, tg));
+      if (!fused) CHECK_ST(ctx, rg_retain_grad(ctx, loss), RG_OK);
+      float v;
+      if (mode == 1) CHECK_ST(ctx, rg_item(ctx, loss, &v), RG_OK);
+      CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+      if (mode == 2) CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+      readf(ctx, rg_grad(ctx, mode == 0 ? lg : p), got[fused], 20, what[mode]);
+      close_ctx(ctx);
+    }
+    check_exact(what[mode], got[1], got[0], 20);
+  }
+}
+
 static void t_cross_entropy(void) {
   static const int32_t t4[4] = {0, 4, 2, 2}, t6[6] = {3, 0, 1, 3, 2, 0}, t1[1] = {1};
   ce_case(2, (int64_t[]){4, 5}, t4, 0, 0, 1, "rg_cross_entropy [4,5]");
@@ -1768,6 +1800,7 @@ static void t_cross_entropy(void) {
   }
   ce_bad_target(0, "rg_cross_entropy");
   ce_fused(0, "rg_cross_entropy fused backward");
+  ce_fused_edges();
 }
 
 static void t_cross_entropy_ignore(void) {
