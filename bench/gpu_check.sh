@@ -8,7 +8,8 @@
 #   build      configure and build build-gpu (Release, CUDA on)
 #   test       test_cuda, then the whole ctest suite
 #   memcheck   compute-sanitizer --tool memcheck|racecheck|initcheck on test_cuda
-#   racecheck  (one stage per tool; RG_SAN_TIMEOUT seconds each, default 300)
+#   racecheck  (one stage per tool; RG_SAN_TIMEOUT seconds each, default 300; RG_SAN_CASES
+#              names test_cuda's cases to run, default all)
 #   initcheck
 #   train      resgrad-train --device cuda on its default task, with --save and --plot;
 #              then bench/torch_ckpt.py loads the checkpoint into PyTorch (TORCH_REF)
@@ -48,11 +49,12 @@ for stage in "$@"; do
   memcheck | racecheck | initcheck)
     # memcheck: API errors are not reported, because test_cuda provokes a device OOM on
     # purpose (the library checks every CUDA call itself and the test asserts the error).
-    extra=""; [ $stage = racecheck ] && extra="--racecheck-report all"
-    [ $stage = memcheck ] && extra="--report-api-errors no --leak-check full"
+    extra=""; [ "$stage" = racecheck ] && extra="--racecheck-report all"
+    [ "$stage" = memcheck ] && extra="--report-api-errors no --leak-check full"
+    # shellcheck disable=SC2086
     (cd $B && timeout "${RG_SAN_TIMEOUT:-300}" compute-sanitizer --tool $stage $extra \
-      --error-exitcode 9 ./test_cuda) >"$out/$stage.log" 2>&1; rc=$?
-    tail -4 "$out/$stage.log"; verdict $stage $rc $((SECONDS - t0)) ;;
+      --error-exitcode 9 ./test_cuda ${RG_SAN_CASES:-}) >"$out/$stage.log" 2>&1; rc=$?
+    tail -4 "$out/$stage.log"; verdict "$stage" $rc $((SECONDS - t0)) ;;
   train)
     $B/resgrad-train --device cuda --save "$out/addition.safetensors" \
       --plot "$out/addition-loss.svg" >"$out/train.log" 2>&1; rc=$?
@@ -79,7 +81,7 @@ for stage in "$@"; do
     verdict torch_sdpa "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   compare)
     python3 bench/compare.py --torch-ref "$REF" --bin $B/workloads \
-      --workloads "$(echo $WORKLOADS | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
+      --workloads "$(echo "$WORKLOADS" | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
       --log "$out/compare.jsonl" 2>&1 | tee "$out/compare.md"
     verdict compare "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   *) echo "gpu_check.sh: unknown stage '$stage'"; exit 2 ;;
