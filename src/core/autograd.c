@@ -160,7 +160,9 @@ static bool through_gelu(rg_ctx *ctx, uint32_t g, uint32_t u) {
 }
 
 /* y = x w^T + b: dx = g w, dw = g^T x (over all rows), db = sum g; only the ones wanted
-   (the first layer's dx, for one, is a whole GEMM nobody reads). */
+   (the first layer's dx, for one, is a whole GEMM nobody reads). When dw and db both go
+   straight into their parameters' gradients and db sums the product's own factor, db
+   rides in dw's node (MATMUL_ACC's in[3]: the same sum, one node). */
 static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin) {
   uint32_t x = n->in[0], w = n->in[1], b = n->in[2];
   if (!g) return; /* act' failed: its error is set */
@@ -181,18 +183,21 @@ static void linear_rule(rg_ctx *ctx, const rg_node *n, uint32_t g, uint32_t *gin
       gin[0] = reshape(ctx, matmul_t(ctx, gf, w, 0, 0, gx), sx);
     }
   }
+  bool db = needs_grad(ctx, b);
   if (dw) {
     uint32_t xr = rows2(ctx, x), pg = weight_sink(ctx, w);
+    uint32_t pb = pg && db && gf == g2 ? weight_sink(ctx, b) : 0;
     if (pg) { /* straight into the gradient: the fold of accumulate() would leave an
                  [out, in] temporary in the peak */
-      uint32_t in[RG_MAX_IN] = {pg, gf, xr, 0};
+      uint32_t in[RG_MAX_IN] = {pg, gf, xr, pb};
       int64_t iv[4] = {1, 0, 0, 0};
       if (gf && xr) rg__emit(ctx, RG_OP_MATMUL_ACC, in, NULL, iv, NULL, NULL, NULL);
+      db &= !pb;
     } else {
       gin[1] = matmul_t(ctx, gf, xr, 1, 0, rg__shape(ctx, w));
     }
   }
-  if (needs_grad(ctx, b)) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
+  if (db) gin[2] = sum_to(ctx, g2, rg__shape(ctx, b));
 }
 
 /* ---- the rules ----------------------------------------------------------------------------- */

@@ -109,7 +109,9 @@
  *  ACCUM     in[0] += in[1] (same shape).
  *  MATMUL_ACC in[0] += op(in[1]) op(in[2]), 2-D, i[0] i[1] as MATMUL (in[0] F32, the
  *            factors F32 or BF16): rg_backward turns a weight gradient's MATMUL and
- *            the ACCUM after it into this one node.
+ *            the ACCUM after it into this one node. Optional in[3] (i[0] = 1): a linear
+ *            layer's bias gradient, += in[1] summed over its rows as SUM_TO_ACC sums
+ *            (the bias's SUM_TO_ACC, after the product, in this node).
  *  SUM_TO_ACC in[0] += in[1] summed to in[0]'s shape as SUM_TO sums (in[0] F32, in[1]
  *            F32 or BF16):
  *            rg_backward turns a bias gradient's SUM_TO and its ACCUM into this node.
@@ -192,7 +194,7 @@
   X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1) \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
   X(ACCUM, accum, "rg_backward", 2, 0)                        \
-  X(MATMUL_ACC, matmul_acc, "rg_backward", 3, 0)              \
+  X(MATMUL_ACC, matmul_acc, "rg_backward", 4, 0)              \
   X(SUM_TO_ACC, sum_to_acc, "rg_backward", 2, 0)              \
   X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
   X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \

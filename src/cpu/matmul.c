@@ -244,7 +244,10 @@ rg_status rg_cpu_matmul_acc(rg_kargs *k) {
   int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0;
   int64_t M = d->dims[0], N = d->dims[1], K = ta ? a->dims[0] : a->dims[1];
   rg_cpu_gemm(ta, tb, M, N, K, a->p, ta ? M : K, b->p, tb ? K : N, d->p, N, 1, nthreads(k));
-  return RG_OK;
+  if (!k->in[3].p) return RG_OK;
+  rg_kargs s = *k; /* the bias gradient (ops.h): SUM_TO_ACC's arguments */
+  s.in[0] = k->in[3];
+  return rg_cpu_sum_to_acc(&s);
 }
 
 /* ---- linear ---------------------------------------------------------------------------- */

@@ -293,9 +293,12 @@ rg_status rg_cuda_matmul_acc(rg_kargs *k) {
                  d->p, 1, 0, 0, 0, NULL, a->dtype, RG_F32, L->err->ab,
                  RG_ACT_NONE, NULL};
   g.K = g.ta ? a->dims[0] : a->dims[1];
-  if (d->n == 0 || g.K == 0) return RG_OK; /* adds nothing */
-  rg_status st = k_contiguous(k, &g);
-  return st == RG_OK ? gemm(k, &g) : st;
+  rg_status st = d->n == 0 || g.K == 0 ? RG_OK : k_contiguous(k, &g); /* 0: adds nothing */
+  if (st == RG_OK && d->n && g.K) st = gemm(k, &g);
+  if (st != RG_OK || !k->in[3].p) return st;
+  rg_kargs s = *k; /* the bias gradient (ops.h): SUM_TO_ACC's arguments */
+  s.in[0] = k->in[3];
+  return rg_cuda_sum_to_acc(&s);
 }
 
 /* y = x w^T + b as one GEMM of x [rows, in] by w [out, in] transposed, y of out[0]'s type;
