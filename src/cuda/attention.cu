@@ -705,7 +705,6 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 }
 __device__ __forceinline__ int lane_(void) { return (int)(threadIdx.x & 31); }
 
-
 /* 16 bytes from global to shared memory without passing through registers (or L1: .cg),
    completing at the issuing thread's next cp_wait; the memory clobbers keep ordinary
    shared accesses on their side of it. */
@@ -1052,7 +1051,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
         mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 2));
         float mn = fmaxf(m[i][h], mx * sl); /* sl > 0: the largest of the s sl */
         mu[h] = mn == -INFINITY ? 0.f : mn; /* nothing visible yet: every p is 0 */
-        al[h] = rg_ex2(m[i][h] - mu[h]);       /* 0 while m = -inf */
+        al[h] = rg_ex2(m[i][h] - mu[h]);    /* 0 while m = -inf */
         m[i][h] = mn;
       }
       float ps[2] = {0.f, 0.f};
