@@ -7,6 +7,7 @@ higher is better for resgrad). Every JSON line both programs print is kept in --
 
 usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
            [--workloads mlp-small,gpt-char] [--modes f32,tf32,bf16] [--steps 50] [--log FILE]
+           [--tune]
 
 Modes: resgrad f32 is compared with PyTorch eager-fp32; resgrad tf32 with eager-tf32 and
 compile-ro (torch.compile reduce-overhead, which runs TF32 as well); resgrad bf16 with
@@ -39,13 +40,14 @@ def main():
     ap.add_argument("--modes", default="f32,tf32")
     ap.add_argument("--steps", default="50")
     ap.add_argument("--log", default="compare.jsonl")
+    ap.add_argument("--tune", action="store_true", help="run workloads --tune (gemm_tune)")
     a = ap.parse_args()
     works, modes = a.workloads.split(","), a.modes.split(",")
     ours, theirs = {}, {}
     with open(a.log, "w") as log:
         for m in modes:
             for r in run([a.bin, "--device", "cuda", "--mode", m, "--steps", a.steps,
-                          "--warm", "10"] + works, log):
+                          "--warm", "10"] + ["--tune"] * a.tune + works, log):
                 ours[(r["work"], r["mode"])] = r
         plan = ["%s:%s" % (w, ",".join(t for m in modes for t in TORCH_MODES[m])) for w in works]
         for r in run([sys.executable, a.torch_ref] + plan, log):

@@ -6,7 +6,7 @@
  * training loop over a host-side dataset does.
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
- *                   [--distributed] [--steps N] [--warm N] [workload ...]
+ *                   [--distributed] [--tune] [--steps N] [--warm N] [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
@@ -23,6 +23,8 @@
  *         N times the rows of one), all on the same rows, which changes no timing. Rank
  *         0 alone prints; "world" is the number of ranks. Scaling efficiency on N GPUs
  *         is ms_median of the plain run on one GPU / ms_median of the N-rank run.
+ * --tune:   rg_options.gemm_tune (cuBLASLt's algorithms timed at the first step; "tune"
+ *         in the output says it was on).
  */
 #include <resgrad.h>
 #include <resgrad_nn.h>
@@ -60,7 +62,7 @@ static int cmp_d(const void *a, const void *b) {
 
 /* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
    --upload makes every step upload it with rg_input instead. */
-static int upload, distributed;
+static int upload, distributed, tune;
 
 typedef struct model {
   const work *w;
@@ -152,7 +154,7 @@ static int mode_of(const char *name) {
 static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   rg_ctx *ctx = NULL;
   rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1, .tf32 = mode != F32,
-                                             .bf16 = mode == BF16});
+                                             .bf16 = mode == BF16, .gemm_tune = tune});
   if (st != RG_OK) {
     fprintf(stderr, "workloads: rg_open: %s\n", rg_status_str(st));
     return 1;
@@ -189,7 +191,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
            "\"up_bytes_per_step\":%.0f,"
            "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
            "\"graph_replays\":%llu,"
-           "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d}\n",
+           "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d,\"tune\":%d}\n",
            w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
            (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
            (double)s1.device_peak / 1048576.0,
@@ -197,7 +199,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
            (double)(s1.nodes_executed - s0.nodes_executed) / steps,
            (double)(s1.launches - s0.launches) / steps,
            (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l,
-           rg_dist_world(ctx));
+           rg_dist_world(ctx), tune);
   }
   fflush(stdout);
   rg_optim_free(opt);
@@ -229,12 +231,14 @@ int main(int argc, char **argv) {
       upload = 1;
     } else if (!strcmp(argv[i], "--distributed")) {
       distributed = 1;
+    } else if (!strcmp(argv[i], "--tune")) {
+      tune = 1;
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
       warm = atoi(argv[++i]);
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
-      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--steps N] [--warm N] "
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] [--steps N] [--warm N] "
               "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
       return 2;
     }

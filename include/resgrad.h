@@ -146,6 +146,21 @@ typedef struct rg_options {
                               uses for sequences of 512 or more where cuDNN takes the
                               shape (README, build option RG_CUDNN). Env RG_CUDNN=0 does
                               the same. */
+  int gemm_tune;           /* 1 (CUDA): each matrix product of 2^32 multiply-adds or more
+                              times cuBLASLt's 8 best algorithms for its configuration
+                              (shapes, types, epilogue, alignment) the first time it runs
+                              outside a graph capture, on its real operands, and keeps the
+                              fastest for the context's life. The first step takes
+                              longer (40 extra launches a configuration); later ones are
+                              faster where the heuristic's first pick is not the fastest
+                              (measured on an H200: mlp-wide bf16 1.18 -> 1.10 ms,
+                              gpt2-124m bf16 ~0.1-0.3 ms of 17.5; bench/RESULTS.md).
+                              Smaller products stay on the heuristic's pick: their times
+                              in a timing loop did not predict their times in a step. The
+                              choice rests on timings, so two runs may differ in the last
+                              bits of their results; without it the same inputs give the
+                              same bits. 2: every product (tests). The CPU ignores it.
+                              Env RG_GEMM_TUNE=1. */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */

@@ -127,6 +127,21 @@ static out c_tf32_big(rg_ctx *c) {
   rg_tensor x = P(c, "x", D2(8192, 2048)), w = P(c, "w", D2(64, 2048));
   return weigh(c, rg_linear(c, x, w, RG_NONE));
 }
+/* Bias gradients in the weight gradient's node (MATMUL_ACC's in[3], taken where the
+   incoming gradient is already the product's factor: BF16 here, made so by GELU's
+   derivative in the next dx GEMM), for w and w2; two branches share the weights, so each
+   gradient is added to twice. */
+static out c_bgrad(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D2(300, 64)), x2 = P(c, "x2", D2(300, 64));
+  rg_tensor w = P(c, "w", D2(32, 64)), b = P(c, "b", 1, (int64_t[]){32});
+  rg_tensor w2 = P(c, "w2", D2(96, 32)), b2 = P(c, "b2", 1, (int64_t[]){96});
+  rg_tensor w3 = P(c, "w3", D2(16, 96)), o[2];
+  for (int i = 0; i < 2; i++) {
+    rg_tensor h = rg_linear_act(c, i ? x2 : x, w, b, RG_ACT_GELU);
+    o[i] = rg_linear(c, rg_linear_act(c, h, w2, b2, RG_ACT_GELU), w3, RG_NONE);
+  }
+  return weigh(c, rg_add(c, o[0], o[1]));
+}
 static out c_norms(rg_ctx *c) {
   rg_tensor x = rg_add(c, P(c, "x", D3(3, 4, 96)), P(c, "off", D3(3, 4, 1)));
   rg_tensor g = P(c, "g", 1, (int64_t[]){96}), b = P(c, "b", 1, (int64_t[]){96});
@@ -480,10 +495,12 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
    context f32 (it ignores tf32; under bf16 it would round matrix products as well, so the
    mode 2 cases use no rg_matmul or rg_linear); 3: both contexts with rg_options.bf16,
    so both round the same products and activations (bf16 activations). */
-static int no_cudnn; /* rg_options.no_cudnn of the CUDA contexts of run_case_mode */
+static int no_cudnn;  /* rg_options.no_cudnn of the CUDA contexts of run_case_mode */
+static int gemm_tune; /* and their rg_options.gemm_tune */
 static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   if (!want(name)) return;
   rg_options o = {.quiet = 1, .seed = 11, .no_cudnn = no_cudnn};
+  o.gemm_tune = gemm_tune; /* (the CPU ignores it) */
   rg_ctx *c = NULL, *g = NULL;
   o.device = RG_DEVICE_CPU;
   o.bf16 = mode == 3;
@@ -561,6 +578,39 @@ static void attn_repeat(int off) {
   free(r[1]);
   CHECK_ST(g, rg_close(g), RG_OK);
 }
+/* rg_options.gemm_tune: a tuned context repeats its bits. Step 1 runs eagerly and tunes
+   each product, step 2 (the first of the same signature) runs eagerly too, step 3 is
+   captured and step 4 replays the graph: all use the tuned algorithms. */
+static void run_tune_repeat(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = 1, .seed = 5,
+                            .gemm_tune = 2});
+  rg_tensor x = rg_param(g, "x", RG_F32, D2(512, 256), normal(1));
+  rg_tensor w = rg_param(g, "w", RG_F32, D2(1024, 256), normal(0.1f));
+  rg_tensor b = rg_param(g, "b", RG_F32, 1, (int64_t[]){1024}, normal(0.1f));
+  rg_tensor w2 = rg_param(g, "w2", RG_F32, D2(256, 1024), normal(0.05f));
+  int64_t n = rg_numel(g, w);
+  float *r[4];
+  int same = 1;
+  rg_stats st;
+  for (int s = 0; s < 4; s++) {
+    r[s] = malloc(sizeof(float) * (size_t)n);
+    rg_step_begin(g);
+    rg_zero_grad(g);
+    rg_tensor h = rg_linear_act(g, x, w, b, RG_ACT_GELU);
+    rg_backward(g, weigh(g, rg_linear(g, h, w2, RG_NONE)).loss);
+    CHECK_ST(g, rg_read(g, rg_grad(g, w), r[s], sizeof(float) * (size_t)n), RG_OK);
+    same &= !s || !memcmp(r[0], r[s], sizeof(float) * (size_t)n);
+  }
+  rg_stats_get(g, &st);
+  CHECK(same, "gemm_tune: the eager, captured and replayed steps' gradients differ");
+  CHECK(st.graph_replays >= 1, "gemm_tune: no graph replay in 4 identical steps");
+  printf("%-12s %s  tuned products repeat bit for bit (eager, captured, replayed)\n",
+         "tune-repeat", same && st.graph_replays >= 1 ? "PASS" : "FAIL");
+  for (int s = 0; s < 4; s++) free(r[s]);
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
 static void run_attn_repeat(void) {
   attn_repeat(0);
   attn_repeat(1);
@@ -975,12 +1025,23 @@ int main(int argc, char **argv) {
   run_case_mode("bf16-addnorm", c_add_norm, 1e-2, 3);
   run_case_mode("bf16-xent", c_bf16_xent, 1e-2, 3);
   run_case_mode("bf16-colsum", c_bf16_colsum, 1e-2, 3);
+  run_case_mode("bf16-bgrad", c_bgrad, 1e-2, 3);
   run_case_mode("bf16-block", c_bf16_block, 3e-2, 3);
   run_case_mode("bf16-gpt", c_gpt, 3e-2, 3);
   run_case_mode("attn-dnn", c_attn_dnn, 3e-2, 3);
   no_cudnn = 1;
   run_case_mode("attn-own", c_attn_dnn, 3e-2, 3);
   no_cudnn = 0;
+  /* rg_options.gemm_tune: its timed launches write the real outputs and leave matmul_acc's
+     gradients as they were (a gradient added to more than once would be off by O(1)), so
+     every result matches the CPU as an untuned one does. */
+  gemm_tune = 2; /* every product, small ones included */
+  run_case_mode("tune-linear", c_linear, 1e-5, 0);
+  run_case_mode("tune-dgelu", c_dgelu, 1e-5, 0);
+  run_case_mode("tune-tf32-dW", c_tf32_big, 3e-3, 1);
+  run_case_mode("tune-bf16-gpt", c_gpt, 3e-2, 3);
+  gemm_tune = 0;
+  if (want("tune-repeat")) run_tune_repeat();
   if (want("attn-repeat") || want("attn-rep-own")) run_attn_repeat();
   if (want("xent-fused")) run_xent_fused();
   if (want("training")) run_training();

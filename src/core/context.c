@@ -188,6 +188,8 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
   if (env && *env == '1') ctx->opt.bf16 = 1;
   env = getenv("RG_CUDNN");
   if (env && *env == '0') ctx->opt.no_cudnn = 1;
+  env = getenv("RG_GEMM_TUNE");
+  if (env && *env == '1') ctx->opt.gemm_tune = 1;
   if (!ctx->opt.max_queued) ctx->opt.max_queued = (size_t)1 << 20;
   ctx->pool[0].gen = ctx->pool[1].gen = 1;
   ctx->pool[0].budget = ctx->opt.pass_budget;

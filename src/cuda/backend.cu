@@ -241,6 +241,7 @@ static void cuda_close(rg_ctx *ctx) {
   rg__free(ctx, s->cur);
   if (L->stream) cudaStreamSynchronize(L->stream);
   if (L->lt) cublasLtDestroy((cublasLtHandle_t)L->lt);
+  rg_cuda_tune_free(L);
 #ifdef RG_HAVE_CUDNN
   rg_dnn_close((rg_dnn *)L->dnn);
 #endif

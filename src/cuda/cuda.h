@@ -34,9 +34,12 @@ typedef struct rg_cuda_err {
   /* matmul_acc's alpha and beta, read by cuBLASLt from here: {1, 1}, and alpha 0 from the
      moment a fault is raised, so the gradient GEMMs after it add nothing (matmul.cu) */
   float ab[2];
+  /* {0, 1}, never written: a tuning launch of matmul_acc (rg_options.gemm_tune) reads
+     these, so it leaves the gradient as it was */
+  float keep[2];
 } rg_cuda_err;
 /* The word with no fault: what every reset writes. */
-static const rg_cuda_err rg_cuda_err_clean = {0, 0, 0, 0, 0, {1.f, 1.f}};
+static const rg_cuda_err rg_cuda_err_clean = {0, 0, 0, 0, 0, {1.f, 1.f}, {0.f, 1.f}};
 /* RG_CUDA_E_PEER: another rank raised a fault in this step (value = its rank), seen by
    an all-reduce (nccl.cu), so every rank skips the step's in-place updates alike.
    RG_CUDA_E_ABORT: written by the host when it aborts a step's all-reduces (nccl.cu), so
@@ -61,6 +64,7 @@ typedef struct rg_cuda_launch {
   void *lt;             /* cublasLtHandle_t */
   void *lt_ws;          /* cuBLASLt workspace */
   size_t lt_ws_bytes;
+  void *tune;           /* rg_options.gemm_tune: the algorithms chosen so far (matmul.cu) */
   /* cuDNN's fused attention (attention.cu, dnn_att.c): its handle and plans (an rg_dnn,
      opened at the first attention it may run; NULL before), and dnn_off: the context
      opted out (rg_options.no_cudnn) or cuDNN would not open, so resgrad's kernels run. */
@@ -93,6 +97,9 @@ typedef struct rg_cuda_launch {
    nodes [first, upto) and clears their gradients' RG_T_COMM (backend.cu). Nothing to do
    when none is in flight. */
 cudaError_t rg_cuda_join(rg_ctx *ctx, size_t first, size_t upto);
+
+/* Frees the GEMM tuner's choices (matmul.cu); NULL-safe. */
+void rg_cuda_tune_free(rg_cuda_launch *L);
 
 /* The launch state of a CUDA context (backend.cu). */
 rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx);

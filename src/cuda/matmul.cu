@@ -68,28 +68,153 @@ static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
     }                                                                                  \
   } while (0)
 
-/* The best algorithm, or none (*found = 0). cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED
-   when it has none for the configuration (types, epilogue, alignments): that is none
-   found too, so that linear_act can still run its product and activation apart. */
-static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t op,
-                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
+/* One configured product: what cublasLtMatmul needs besides the algorithm. */
+typedef struct lt_call {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulPreference_t pref;
+} lt_call;
+
+static cublasStatus_t lt_run(const rg_cuda_launch *L, const gemm_args *g, const lt_call *c,
+                             const cublasLtMatmulAlgo_t *algo, const float *ab) {
+  static const float one_zero[2] = {1.f, 0.f};
+  const float *s = ab ? ab : one_zero;
+  return cublasLtMatmul((cublasLtHandle_t)L->lt, c->op, s, g->B, c->la, g->A, c->lb, s + 1,
+                        g->C, c->lc, g->C, c->lc, algo, L->lt_ws, L->lt_ws_bytes, L->stream);
+}
+
+/* The heuristic's best n algorithms, or none (*found = 0). cuBLASLt answers
+   CUBLAS_STATUS_NOT_SUPPORTED when it has none for the configuration (types, epilogue,
+   alignments): that is none found too, so that linear_act can still run its product and
+   activation apart. */
+static cublasStatus_t heuristic(const rg_cuda_launch *L, const lt_call *c, int n,
                                 cublasLtMatmulHeuristicResult_t *heur, int *found) {
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, heur, found);
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)L->lt, c->op, c->la,
+                                                    c->lb, c->lc, c->lc, c->pref, n, heur, found);
   if (s != CUBLAS_STATUS_NOT_SUPPORTED) return s;
   *found = 0;
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---- the GEMM tuner (rg_options.gemm_tune) ------------------------------------------
+   cuBLASLt's heuristic ranks algorithms by a model, not by the machine: at GPT-2's shapes
+   on an H200 its first pick was up to 10% slower than the fastest of its next seven
+   (lm-head forward 887 -> 799 us, qkv forward 51 -> 44 us, timed as below). With
+   gemm_tune, the first time a configuration runs outside a graph capture (a signature's
+   first drain is always eager), each of the heuristic's best TUNE_CANDIDATES algorithms
+   runs TUNE_REPS + 1 times on the real operands, timed by events, and the fastest is kept
+   for the context's life: its graphs capture it. The timed launches write the real
+   output, which the call proper then overwrites; matmul_acc's read the error word's
+   {0, 1} scalars, so they leave the gradient as it was. Products below TUNE_MIN_MACS are
+   left to the heuristic (gemm_tune 1): at gpt-char's shapes (5-15 us a GEMM) a tuned step
+   measured slower, their times in a loop on warm caches saying little of their times in
+   a step. The choice rests on timings, so two runs may pick differently and their results
+   differ in the last bits (a tuned context is deterministic from then on). A
+   configuration met first inside a capture takes the heuristic's first, uncached. */
+#define TUNE_MIN_MACS ((double)(1ull << 32))
+#define TUNE_CANDIDATES 8
+#define TUNE_REPS 4
+typedef struct tune_key { /* what a configuration's algorithms depend on */
+  int64_t M, N, K, batch, sa, sb, sc;
+  int32_t ta, tb, dtype, ctype, act, bias, acc, compute;
+  uint32_t align[4];
+} tune_key;
+typedef struct tune_entry {
+  tune_key key;
+  cublasLtMatmulAlgo_t algo;
+  int found;
+} tune_entry;
+typedef struct gemm_tuner {
+  tune_entry *e;
+  size_t n, cap;
+  cudaEvent_t t0, t1;
+} gemm_tuner;
+
+void rg_cuda_tune_free(rg_cuda_launch *L) {
+  gemm_tuner *t = (gemm_tuner *)L->tune;
+  if (!t) return;
+  if (t->t0) cudaEventDestroy(t->t0);
+  if (t->t1) cudaEventDestroy(t->t1);
+  free(t->e);
+  free(t);
+  L->tune = NULL;
+}
+
+/* Milliseconds of TUNE_REPS launches of algo after one untimed, or -1 if it fails. */
+static float tune_time(const rg_cuda_launch *L, const gemm_tuner *t, const gemm_args *g,
+                       const lt_call *c, const cublasLtMatmulAlgo_t *algo, const float *ab) {
+  float ms = -1.f;
+  if (lt_run(L, g, c, algo, ab) != CUBLAS_STATUS_SUCCESS) return -1.f;
+  if (cudaEventRecord(t->t0, L->stream) != cudaSuccess) return -1.f;
+  for (int r = 0; r < TUNE_REPS; r++)
+    if (lt_run(L, g, c, algo, ab) != CUBLAS_STATUS_SUCCESS) return -1.f;
+  if (cudaEventRecord(t->t1, L->stream) != cudaSuccess ||
+      cudaEventSynchronize(t->t1) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, t->t0, t->t1) != cudaSuccess)
+    return -1.f;
+  return ms;
+}
+
+/* The algorithm for configuration key: the tuner's choice (made now if need be), else
+   the heuristic's first. *found = 0: there is none. */
+static rg_status pick(rg_kargs *k, const gemm_args *g, const lt_call *c, const tune_key *key,
+                      cublasLtMatmulAlgo_t *algo, int *found) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  cublasLtMatmulHeuristicResult_t heur[TUNE_CANDIDATES];
+  gemm_tuner *t = (gemm_tuner *)L->tune;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  bool tune = k->ctx->opt.gemm_tune >= 2 ||
+              (k->ctx->opt.gemm_tune == 1 &&
+               (double)g->M * (double)g->N * (double)g->K * (double)g->batch >= TUNE_MIN_MACS);
+  if (tune && t)
+    for (size_t i = 0; i < t->n; i++)
+      if (!memcmp(&t->e[i].key, key, sizeof *key)) {
+        *algo = t->e[i].algo;
+        *found = t->e[i].found;
+        return RG_OK;
+      }
+  if (tune && cudaStreamIsCapturing(L->stream, &cs) != cudaSuccess) tune = false;
+  tune = tune && cs == cudaStreamCaptureStatusNone;
+  if (tune && !t) { /* the tuner's state, made at its first use; without it, no tuning */
+    L->tune = t = (gemm_tuner *)rg__calloc(k->ctx, 1, sizeof *t);
+    if (t && (cudaEventCreate(&t->t0) != cudaSuccess || cudaEventCreate(&t->t1) != cudaSuccess))
+      rg_cuda_tune_free(L), t = NULL;
+    tune = t != NULL;
+  }
+  cublasStatus_t s = heuristic(L, c, tune ? TUNE_CANDIDATES : 1, heur, found);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(k->msg, k->msgcap, "cublasLtMatmulAlgoGetHeuristic failed with cuBLAS status %d",
+             (int)s);
+    return RG_ERR_DEVICE;
+  }
+  int best = 0;
+  if (tune && *found > 1) {
+    const float *ab = g->ab ? L->err->keep : NULL;
+    float best_ms = -1.f, first_ms = -1.f;
+    for (int i = 0; i < *found; i++) {
+      float ms = tune_time(L, t, g, c, &heur[i].algo, ab);
+      if (i == 0) first_ms = ms;
+      if (ms >= 0.f && (best_ms < 0.f || ms < best_ms)) best = i, best_ms = ms;
+    }
+    (void)cudaGetLastError(); /* a candidate that failed to launch leaves nothing behind */
+    if (k->ctx->opt.trace)
+      fprintf(stderr, "resgrad: gemm_tune %lldx%lldx%lld (batch %lld): candidate %d of %d, "
+              "%.1f us (the first: %.1f)\n", (long long)g->M, (long long)g->N,
+              (long long)g->K, (long long)g->batch, best, *found, best_ms * 1e3 / TUNE_REPS,
+              first_ms * 1e3 / TUNE_REPS);
+  }
+  if (*found) *algo = heur[best].algo;
+  if (tune && rg__grow(k->ctx, (void **)&t->e, sizeof *t->e, t->n + 1, &t->cap))
+    t->e[t->n++] = (tune_entry){*key, *algo, *found > 0};
+  return RG_OK;
+}
+
 static rg_status gemm(rg_kargs *k, const gemm_args *g) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   rg_status st = RG_OK;
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t heur;
+  lt_call c = {NULL, NULL, NULL, NULL, NULL};
+  cublasLtMatmulAlgo_t algo;
   int found = 0;
-  float one = 1.f, zero = 0.f;
   /* Column-major operands: X = B^T (N x K), Y = A^T (K x M), C^T (N x M). */
   cublasOperation_t opx = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opy = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -119,67 +244,75 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
     snprintf(k->msg, k->msgcap, "cuBLASLt has no BF16 product of F32 factors");
     return RG_ERR_UNSUPPORTED;
   }
-  LT_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
-  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
-  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
-  LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  LT_TRY(cublasLtMatmulDescCreate(&c.op, compute, CUDA_R_32F));
+  LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx));
+  LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy));
+  LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (g->ab) {
     int32_t mode = CUBLASLT_POINTER_MODE_DEVICE;
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
+    LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
                                           sizeof mode));
   }
   if (g->bias) { /* D's type (the default), said outright since A and B may differ */
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+    LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias));
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+    LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                           &bias_type, sizeof bias_type));
   }
   if (g->act == RG_ACT_GELU || g->act == ACT_DGELU) { /* the aux matrix is laid out as D */
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+    LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                           &g->aux, sizeof g->aux));
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+    LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                           sizeof aux_ld));
     /* D's type is the default; said outright for BF16 (an F32 D's descriptor is left as it
        always was) */
     if (bf16_out)
-      LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+      LT_TRY(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
                                             &aux_type, sizeof aux_type));
   }
-  LT_TRY(cublasLtMatrixLayoutCreate(&la, in_type, xr, xc, (int64_t)xr));
-  LT_TRY(cublasLtMatrixLayoutCreate(&lb, in_type, yr, yc, (int64_t)yr));
-  LT_TRY(cublasLtMatrixLayoutCreate(&lc, out_type, (uint64_t)g->N, (uint64_t)g->M, g->N));
+  LT_TRY(cublasLtMatrixLayoutCreate(&c.la, in_type, xr, xc, (int64_t)xr));
+  LT_TRY(cublasLtMatrixLayoutCreate(&c.lb, in_type, yr, yc, (int64_t)yr));
+  LT_TRY(cublasLtMatrixLayoutCreate(&c.lc, out_type, (uint64_t)g->N, (uint64_t)g->M, g->N));
   if (batch > 1) {
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4));
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                             &sx, 8));
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                             &sy, 8));
-    LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+    LT_TRY(cublasLtMatrixLayoutSetAttribute(c.lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                             &sc, 8));
   }
-  LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-  LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  LT_TRY(cublasLtMatmulPreferenceCreate(&c.pref));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
   for (int i = 0; i < 4; i++)
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-  LT_TRY(heuristic((cublasLtHandle_t)L->lt, op, la, lb, lc, pref, &heur, &found));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(c.pref, align_attr[i], &align[i], sizeof align[i]));
+  {
+    tune_key key;
+    memset(&key, 0, sizeof key); /* padding included: keys compare by memcmp */
+    key.M = g->M, key.N = g->N, key.K = g->K, key.batch = g->batch;
+    key.sa = g->sa, key.sb = g->sb, key.sc = g->sc, key.ta = g->ta, key.tb = g->tb;
+    key.dtype = g->dtype, key.ctype = g->ctype, key.act = g->act, key.bias = g->bias != NULL;
+    key.acc = g->ab != NULL, key.compute = (int32_t)compute;
+    memcpy(key.align, align, sizeof align);
+    st = pick(k, g, &c, &key, &algo, &found);
+    if (st != RG_OK) goto done;
+  }
   if (!found) {
     snprintf(k->msg, k->msgcap, "cuBLASLt has no algorithm for a %lldx%lldx%lld product",
              (long long)g->M, (long long)g->N, (long long)g->K);
     st = RG_ERR_UNSUPPORTED;
     goto done;
   }
-  LT_TRY(cublasLtMatmul((cublasLtHandle_t)L->lt, op, g->ab ? g->ab : &one, g->B, la, g->A, lb,
-                        g->ab ? g->ab + 1 : &zero, g->C, lc, g->C, lc, &heur.algo, L->lt_ws,
-                        L->lt_ws_bytes, L->stream));
+  LT_TRY(lt_run(L, g, &c, &algo, g->ab));
 done:
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (lc) cublasLtMatrixLayoutDestroy(lc);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (op) cublasLtMatmulDescDestroy(op);
+  if (c.pref) cublasLtMatmulPreferenceDestroy(c.pref);
+  if (c.lc) cublasLtMatrixLayoutDestroy(c.lc);
+  if (c.lb) cublasLtMatrixLayoutDestroy(c.lb);
+  if (c.la) cublasLtMatrixLayoutDestroy(c.la);
+  if (c.op) cublasLtMatmulDescDestroy(c.op);
   return st;
 }
 
