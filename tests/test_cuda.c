@@ -79,6 +79,22 @@ static out c_softmax(rg_ctx *c) {
   rg_tensor x = rg_scale(c, P(c, "x", D3(3, 7, 129)), 4);
   return weigh(c, rg_add(c, rg_softmax(c, x), rg_log_softmax(c, x)));
 }
+/* Softmax rows past a warp's 1024 columns: held in a block's registers (1028: one float4
+   a thread and a partial one; 4100 and 8192: up to eight), and the strided kernel where
+   that does not apply (1030: not a multiple of 4; 8196: more than 8192). */
+static out c_softmax_wide(rg_ctx *c) {
+  static const int64_t w[5] = {1028, 4100, 8192, 1030, 8196};
+  rg_tensor acc = RG_NONE;
+  for (int i = 0; i < 5; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    rg_tensor x = rg_scale(c, P(c, name, D2(3, w[i])), 8);
+    rg_tensor t = rg_add(c, rg_softmax(c, x), rg_log_softmax(c, x));
+    t = rg_sum(c, rg_mul(c, t, t), RG_ALL_AXES, 0);
+    acc = i ? rg_add(c, acc, t) : t;
+  }
+  return weigh(c, acc);
+}
 static out c_matmul(rg_ctx *c) {
   rg_tensor a = P(c, "a", D3(3, 17, 33)), b = P(c, "b", D2(33, 9));
   rg_tensor d = P(c, "d", D4(2, 1, 9, 5)), e = P(c, "e", D4(1, 3, 17, 9));
@@ -983,7 +999,8 @@ int main(int argc, char **argv) {
   struct { const char *name; build_fn f; double tol; } cases[] = {
       {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
       {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
-      {"softmax", c_softmax, 1e-5}, {"matmul", c_matmul, 1e-5}, {"linear", c_linear, 1e-5},
+      {"softmax", c_softmax, 1e-5}, {"softmax-wide", c_softmax_wide, 1e-5},
+      {"matmul", c_matmul, 1e-5},   {"linear", c_linear, 1e-5},
       {"linear-act", c_linear_act, 1e-5}, {"dgelu", c_dgelu, 1e-5},
       {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
       {"norm-fold", c_norm_fold, 1e-5}, {"add-norm", c_add_norm, 1e-5},
