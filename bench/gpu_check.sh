@@ -22,6 +22,7 @@
 #              attention at that shape, where PyTorch is installed)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
+# TUNE=1 runs work, profile and compare with rg_options.gemm_tune (workloads --tune).
 set -uo pipefail
 [ $# -gt 0 ] || set -- build test memcheck work
 out=gpu-logs
@@ -30,6 +31,7 @@ rm -rf "$out"; mkdir -p "$out"
 B=build-gpu
 REF=${TORCH_REF:-.ref/torch_ref.py}
 WORKLOADS=${WORKLOADS:-mlp-small gpt-char}
+TUNEFLAG=""; [ "${TUNE:-0}" = 1 ] && TUNEFLAG=--tune
 verdict() { printf '== %-10s exit %s  (%s s)\n' "$1" "$2" "$3"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -64,12 +66,14 @@ for stage in "$@"; do
     verdict torch_ckpt "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   work)
     # shellcheck disable=SC2086
-    $B/workloads --device cuda --steps 50 --warm 10 $WORKLOADS 2>&1 | tee "$out/workloads.log"
+    $B/workloads --device cuda --steps 50 --warm 10 $TUNEFLAG $WORKLOADS 2>&1 |
+      tee "$out/workloads.log"
     verdict work "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   profile)
     m=${MODES:-f32}
     # shellcheck disable=SC2086
-    RG_PROFILE=1 $B/workloads --device cuda --mode "${m%%,*}" --steps 10 --warm 2 $WORKLOADS \
+    RG_PROFILE=1 $B/workloads --device cuda --mode "${m%%,*}" --steps 10 --warm 2 $TUNEFLAG \
+      $WORKLOADS \
       >"$out/profile.log" 2>&1
     verdict profile $? $((SECONDS - t0)); grep -A12 "resgrad profile" "$out/profile.log" ;;
   bandwidth)
@@ -82,7 +86,7 @@ for stage in "$@"; do
   compare)
     python3 bench/compare.py --torch-ref "$REF" --bin $B/workloads \
       --workloads "$(echo "$WORKLOADS" | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
-      --log "$out/compare.jsonl" 2>&1 | tee "$out/compare.md"
+      --log "$out/compare.jsonl" $TUNEFLAG 2>&1 | tee "$out/compare.md"
     verdict compare "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   *) echo "gpu_check.sh: unknown stage '$stage'"; exit 2 ;;
   esac
