@@ -155,20 +155,30 @@ static float tune_time(const rg_cuda_launch *L, const gemm_tuner *t, const gemm_
   return ms;
 }
 
-/* The algorithm for configuration key: the tuner's choice (made now if need be), else
-   the heuristic's first. *found = 0: there is none. */
-static rg_status pick(rg_kargs *k, const gemm_args *g, const lt_call *c, const tune_key *key,
-                      cublasLtMatmulAlgo_t *algo, int *found) {
+/* The algorithm for g's configuration (c; compute type and alignments as gemm set them):
+   the tuner's choice (made now if need be), else the heuristic's first. *found = 0:
+   there is none. */
+static rg_status pick(rg_kargs *k, const gemm_args *g, const lt_call *c, int32_t compute,
+                      const uint32_t (&align)[4], cublasLtMatmulAlgo_t *algo, int *found) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
   cublasLtMatmulHeuristicResult_t heur[TUNE_CANDIDATES];
   gemm_tuner *t = (gemm_tuner *)L->tune;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  tune_key key;
   bool tune = k->ctx->opt.gemm_tune >= 2 ||
               (k->ctx->opt.gemm_tune == 1 &&
                (double)g->M * (double)g->N * (double)g->K * (double)g->batch >= TUNE_MIN_MACS);
+  if (tune) {
+    memset(&key, 0, sizeof key); /* padding included: keys compare by memcmp */
+    key.M = g->M, key.N = g->N, key.K = g->K, key.batch = g->batch;
+    key.sa = g->sa, key.sb = g->sb, key.sc = g->sc, key.ta = g->ta, key.tb = g->tb;
+    key.dtype = g->dtype, key.ctype = g->ctype, key.act = g->act, key.bias = g->bias != NULL;
+    key.acc = g->ab != NULL, key.compute = compute;
+    memcpy(key.align, align, sizeof key.align);
+  }
   if (tune && t)
     for (size_t i = 0; i < t->n; i++)
-      if (!memcmp(&t->e[i].key, key, sizeof *key)) {
+      if (!memcmp(&t->e[i].key, &key, sizeof key)) {
         *algo = t->e[i].algo;
         *found = t->e[i].found;
         return RG_OK;
@@ -205,7 +215,7 @@ static rg_status pick(rg_kargs *k, const gemm_args *g, const lt_call *c, const t
   }
   if (*found) *algo = heur[best].algo;
   if (tune && rg__grow(k->ctx, (void **)&t->e, sizeof *t->e, t->n + 1, &t->cap))
-    t->e[t->n++] = (tune_entry){*key, *algo, *found > 0};
+    t->e[t->n++] = (tune_entry){key, *algo, *found > 0};
   return RG_OK;
 }
 
@@ -289,17 +299,8 @@ static rg_status gemm(rg_kargs *k, const gemm_args *g) {
                                               &L->lt_ws_bytes, sizeof L->lt_ws_bytes));
   for (int i = 0; i < 4; i++)
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(c.pref, align_attr[i], &align[i], sizeof align[i]));
-  {
-    tune_key key;
-    memset(&key, 0, sizeof key); /* padding included: keys compare by memcmp */
-    key.M = g->M, key.N = g->N, key.K = g->K, key.batch = g->batch;
-    key.sa = g->sa, key.sb = g->sb, key.sc = g->sc, key.ta = g->ta, key.tb = g->tb;
-    key.dtype = g->dtype, key.ctype = g->ctype, key.act = g->act, key.bias = g->bias != NULL;
-    key.acc = g->ab != NULL, key.compute = (int32_t)compute;
-    memcpy(key.align, align, sizeof align);
-    st = pick(k, g, &c, &key, &algo, &found);
-    if (st != RG_OK) goto done;
-  }
+  st = pick(k, g, &c, (int32_t)compute, align, &algo, &found);
+  if (st != RG_OK) goto done;
   if (!found) {
     snprintf(k->msg, k->msgcap, "cuBLASLt has no algorithm for a %lldx%lldx%lld product",
              (long long)g->M, (long long)g->N, (long long)g->K);
