@@ -1120,15 +1120,17 @@ __device__ __forceinline__ float ce_grad(float x, float2 st, float coef, bool ta
 }
 
 /* A row's dlogits, over its group (G threads, this one t): (exp(x - max - lse) -
-   onehot(tv)) * coef, or zeros when the row takes no part (then its logits are not
-   read). The row starts at element e0; V: head, 8-element groups and tail (see above),
+   onehot(tv)) * coef, or zeros when the row takes no part. The logits are loaded either
+   way (the row is in bounds), so the loads need not wait for the target that decides
+   live. The row starts at element e0; V: head, 8-element groups and tail (see above),
    else one element at a time. */
 template <bool V, class TX, class TD>
 __device__ __forceinline__ void ce_row_grad(const TX *xr, TD *d, int64_t C, int64_t e0, int G,
                                             int t, bool live, float2 st, float coef,
                                             int32_t tv) {
   auto one = [&](int64_t c) {
-    rg_st(d, c, live ? ce_grad(rg_ld(xr, c), st, coef, c == tv) : 0.f);
+    float x = rg_ld(xr, c);
+    rg_st(d, c, live ? ce_grad(x, st, coef, c == tv) : 0.f);
   };
   if (!V) {
     for (int64_t c = t; c < C; c += G) one(c);
@@ -1136,11 +1138,11 @@ __device__ __forceinline__ void ce_row_grad(const TX *xr, TD *d, int64_t C, int6
   }
   int64_t h = head8(e0, C), n8 = (C - h) / 8;
   for (int64_t c = t; c < h; c += G) one(c);
-#pragma unroll 2
+#pragma unroll 4 /* a row of 8192 floats at 256 threads: all of a thread's loads in flight */
   for (int64_t i = t; i < n8; i += G) {
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float v[8];
     int64_t c = h + 8 * i;
-    if (live) rg_ld8(xr + h, i, v);
+    rg_ld8(xr + h, i, v);
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = live ? ce_grad(v[e], st, coef, c + e == tv) : 0.f;
     rg_st8(d + h, i, v);
@@ -1189,18 +1191,18 @@ __global__ void __launch_bounds__(THREADS, 4)
   }
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
-    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     const TX *xr = (const TX *)a.x + r * a.C;
     TD *d = FUSE ? (TD *)fu.dx + r * a.C : NULL;
+    float m, s; /* the row is read whatever its target: its loads need not wait for tv */
+    row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
+    bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     if (ignored || bad) { /* uniform over the row's group */
       if (t == 0) stats[r] = make_float2(0.f, 0.f);
       if (bad && t == 0) atomicMin(&h->bad, (unsigned long long)r);
       if (FUSE) ce_row_grad<V>(xr, d, a.C, r * a.C, G, t, false, make_float2(0.f, 0.f), 0.f, 0);
       continue;
     }
-    float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* loaded while the row streams in */
-    float m, s;
-    row_ms<WARP, V>(xr, a.C, r * a.C, G, t, m, s, shm, shs);
+    float xt = t == 0 ? rg_ld(xr, tv) : 0.f; /* in L1 or L2: the group has just read it */
     double ls = t == 0 || FUSE ? log((double)s) : 0.0;
     if (t == 0) {
       stats[r] = make_float2(m, (float)ls);
@@ -1242,12 +1244,11 @@ __global__ void ce_bwd_k(ce_args a, const float *__restrict__ gl,
   float coef = count != 0.f ? gl[0] / count : 0.f;
   ROW_LOOP(WARP, a.N, r, G, t) {
     int32_t tv = a.tg[r];
+    float2 st = stats[r]; /* (0, 0) for a row the forward left out */
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
+    ce_row_grad<V>((const TX *)a.x + r * a.C, dx + r * a.C, a.C, r * a.C, G, t, !ignored && !bad,
+                   st, coef, tv); /* a row of zeros when not live */
     if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
-    bool live = !ignored && !bad; /* else a row of zeros, its logits not read */
-    float2 st = live ? stats[r] : make_float2(0.f, 0.f);
-    ce_row_grad<V>((const TX *)a.x + r * a.C, dx + r * a.C, a.C, r * a.C, G, t, live, st, coef,
-                   tv);
   }
 }
 
