@@ -377,6 +377,7 @@ static out c_xent_kernels(rg_ctx *c) {
   l = rg_add(c, l, xent_of(c, 2, 3, 50304, 0));      /* block, float4 */
   l = rg_add(c, l, xent_of(c, 3, 5, 50301, 1));      /* block, scalar, ignored rows */
   l = rg_add(c, l, xent_of(c, 4, 40, 1030, 0));      /* block of 256, scalar */
+  l = rg_add(c, l, xent_of(c, 5, 7, 4100, 1));       /* block of 256, float4, ignored rows */
   return (out){l, l};
 }
 static out c_shape(rg_ctx *c) {
