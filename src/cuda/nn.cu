@@ -1241,7 +1241,8 @@ __global__ void __launch_bounds__(THREADS, 4)
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
    are rows with a bad target (the forward reported it; one that changed since is
    reported here), so what follows in a failing drain reads finite values. V: head,
-   8-element groups and tail (see above), else one element at a time. */
+   8-element groups (U at a time, CE_BWD_U) and tail (see above), else one element at a
+   time. */
 template <bool WARP, bool V, int U, class TX, class TD>
 __global__ void __launch_bounds__(1024) ce_bwd_k(ce_args a, const float *__restrict__ gl,
                          const float2 *__restrict__ stats, TD *__restrict__ dx,
@@ -1253,7 +1254,7 @@ __global__ void __launch_bounds__(1024) ce_bwd_k(ce_args a, const float *__restr
     float2 st = stats[r]; /* (0, 0) for a row the forward left out */
     bool ignored = ce_ignored(a, tv), bad = !ignored && (tv < 0 || tv >= a.C);
     ce_row_grad<V, U>((const TX *)a.x + r * a.C, dx + r * a.C, a.C, r * a.C, G, t,
-                             !ignored && !bad, st, coef, tv); /* zeros when not live */
+                      !ignored && !bad, st, coef, tv); /* zeros when not live */
     if (bad && t == 0) rg_cuda_raise(err, RG_CUDA_E_TARGET, node, tv, r, a.C);
   }
 }
