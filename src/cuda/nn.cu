@@ -119,6 +119,14 @@ rowcfg row_config(int64_t R, int64_t C) {
   return c;
 }
 
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Rows of C floats at p, q (NULL: none) can be read and written as float4: every row
+   starts 16-byte aligned. Tensors start 256-aligned, so this is C % 4 == 0 in practice. */
+bool rows4(int64_t C, const void *p, const void *q) {
+  return C % 4 == 0 && aligned16(p) && aligned16(q);
+}
+
 /* ---- softmax and log-softmax ----------------------------------------------------------- */
 
 template <bool WARP, bool LOG>
@@ -214,7 +222,7 @@ template <bool LOG> void launch_softmax(rg_cuda_launch *L, const rg_kargs *k, in
   const float *x = (const float *)k->in[0].p;
   float *y = (float *)k->out[0].p;
   int64_t nv = cdiv(C / 4, SOFTMAX_REG_THREADS); /* float4 a thread */
-  if (!c.warp && C <= 8192 && C % 4 == 0 && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+  if (!c.warp && C <= 8192 && rows4(C, x, y)) {
     auto kern = nv <= 2 ? softmax_reg_k<2, LOG> : nv <= 4 ? softmax_reg_k<4, LOG>
                                                           : softmax_reg_k<8, LOG>;
     kern<<<c.grid, SOFTMAX_REG_THREADS, 0, L->stream>>>(x, y, R, C);
@@ -583,14 +591,6 @@ __global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_ar
     for (int w = 0; w < nw; w++) sum += accf[w * ncol + c];
     a.part[(int64_t)blockIdx.x * ncol + c] = sum;
   }
-}
-
-bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
-/* Rows of C floats at p, q (NULL: none) can be read and written as float4: every row
-   starts 16-byte aligned. Tensors start 256-aligned, so this is C % 4 == 0 in practice. */
-bool rows4(int64_t C, const void *p, const void *q) {
-  return C % 4 == 0 && aligned16(p) && aligned16(q);
 }
 
 /* NV float4 per lane for rows of C (x, g and the output; a bf16 output's groups of four
@@ -1138,7 +1138,7 @@ __device__ __forceinline__ void ce_row_grad(const TX *xr, TD *d, int64_t C, int6
   }
   int64_t h = head8(e0, C), n8 = (C - h) / 8;
   for (int64_t c = t; c < h; c += G) one(c);
-#pragma unroll(U == 1 ? 4 : 1)
+#pragma unroll(U == 1 ? 4 : 1) /* one group at a time: unrolled instead */
   for (int64_t i = t; i < n8; i += U * G) { /* U groups loaded, then used */
     float v[U][8];
 #pragma unroll
