@@ -5,11 +5,10 @@
  *
  * Invariants:
  *  - A tensor [..., C] is R = n / C contiguous rows of C. A row is handled by one group of
- *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 by
- *    a warp holding the row in registers: the forward's up to 256, the backward's up to
- *    1024); per-row sums accumulate in double like the CPU (but float per thread in the
- *    norm backward and the cross-entropy forward: see there), in an order fixed by the
- *    group size, so results repeat exactly.
+ *    threads (a warp when C <= 1024, else a whole block; the norms' rows of C % 4 == 0 up
+ *    to 1024 by a warp holding the row in registers); per-row sums accumulate in double
+ *    like the CPU (but float per thread in those norm kernels and the cross-entropy
+ *    forward: see there), in an order fixed by the group size, so results repeat exactly.
  *  - Sums across rows (dgamma, dbeta, the cross-entropy and mse means) never use float
  *    atomics: fixed per-block or per-segment partials go to scratch and a second kernel
  *    adds them in order (the cross-entropy's: the last block of the first, cuda.h's
@@ -373,9 +372,10 @@ __global__ void seg_final_k(const double *__restrict__ pg, const double *__restr
    For C % 4 == 0 a warp holds its row in registers, NV float4 per lane (float4 j of the
    row is column group j*32 + lane), so each row is read once with 512-byte coalesced loads.
 
-   The forward does this for C <= 256 (NV = 2) with the statistics of row_stats. Measured
-   (H200): at [8192, 768] it was slower than norm_fwd_k (19.5 -> 21.8 us), so wider rows
-   keep that.
+   The forward does this for C <= 1024 (NV = 2, 4, 6 or 8), with the backward's float
+   statistics (warp_stats) and float4 loads of gamma and beta. With row_stats' doubles it
+   was no faster than norm_fwd_k at [8192, 768] (an H200), bound by the float-double
+   conversions; now F32 rows of 768 run at ~0.9 of the copy's rate (bench/RESULTS.md).
 
    The backward does it for C <= 1024 (NV = 2, 4, 6 or 8). The strided kernels above took
    64.7 us on GPT-2's [8192, 768] (an H200; the traffic allows ~25): they read x four times
@@ -431,44 +431,68 @@ __device__ __forceinline__ float at(const float4 &v, int e) {
   return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
 
-/* The lane's groups of four of a row: row[c] = f(j, c, e) for column c = 4 q + e of group
-   q = j*32 + lane, for the groups inside the row (a float4, or 8 bytes of bf16). */
-template <int NV, typename T, typename F>
-__device__ __forceinline__ void store_row(T *row, int64_t C4, int lane, F f) {
+__device__ __forceinline__ float sum4f(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ float dot4f(float4 a, float4 b) {
+  return (a.x * b.x + a.y * b.y) + (a.z * b.z + a.w * b.w);
+}
+
+/* (mu, rstd) of the row held by the warp, as the backward (norm_bwd_warp_k) computes them:
+   per element in float, a lane's sums (at most 32 elements) in float, the sums across
+   lanes in double; mu and rstd rounded to float, the values x - mu and its product use.
+   So the forward's (x - mu) * rstd is the backward's xhat, bit for bit, and an element
+   costs no float-double conversion: with row_stats' doubles (four conversions an element,
+   at 16 an SM per clock on an H100/H200) the forward of [5461, 768] took 13.2 us on an
+   H200, where the copy of its bytes takes 8.4. */
+template <int NV, bool CENTRE>
+__device__ __forceinline__ float2 warp_stats(const float4 (&xv)[NV], int64_t C, int lane,
+                                             double eps) {
+  int64_t C4 = C / 4;
+  float mu = 0.f;
+  if (CENTRE) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) s += sum4f(xv[j]); /* zeros past the row */
+    mu = (float)(warp_sum((double)s) / (double)C);
+  }
+  float v = 0.f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
-    int64_t q = (int64_t)j * 32 + lane, c = 4 * q;
-    if (q < C4)
-      rg_st4(row, q, make_float4(f(j, c, 0), f(j, c + 1, 1), f(j, c + 2, 2), f(j, c + 3, 3)));
+    if ((int64_t)j * 32 + lane >= C4) continue;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float d = at(xv[j], e) - mu;
+      v += d * d;
+    }
   }
+  return make_float2(mu, (float)(1.0 / sqrt(warp_sum((double)v) / (double)C + eps)));
 }
 
-__device__ __forceinline__ double sum4(float4 v) {
-  return ((double)v.x + v.y) + ((double)v.z + v.w);
-}
-__device__ __forceinline__ double sq4(float4 v, double mu) {
-  double a = v.x - mu, b = v.y - mu, c = v.z - mu, d = v.w - mu;
-  return (a * a + b * b) + (c * c + d * d);
-}
-
-/* (mu, rstd) of the row held by the warp, as row_stats computes them. */
-template <int NV, bool CENTRE>
-__device__ __forceinline__ double2 warp_stats(const float4 (&xv)[NV], int64_t C, int lane,
-                                              double eps) {
-  int64_t C4 = C / 4;
-  double mu = 0;
-  if (CENTRE) {
-    double s = 0;
+/* Row r of y from the warp's registers: (x - mu) * rstd, times gamma and plus beta where
+   given (read as float4, the lane's columns of x), rounded once to TO. */
+template <int NV, class TO>
+__device__ __forceinline__ void norm_store(const norm_args &a, const float4 (&xv)[NV], float2 st,
+                                           int64_t r, int lane) {
+  int64_t C4 = a.C / 4;
+  TO *y = (TO *)a.out + r * a.C;
 #pragma unroll
-    for (int j = 0; j < NV; j++) s += sum4(xv[j]); /* zeros past the row */
-    mu = warp_sum(s) / (double)C;
+  for (int j = 0; j < NV; j++) {
+    int64_t q = (int64_t)j * 32 + lane;
+    if (q >= C4) continue;
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) v[e] = (at(xv[j], e) - st.x) * st.y;
+    if (a.gamma) {
+      float4 g = rg_ld4(a.gamma, q);
+#pragma unroll
+      for (int e = 0; e < 4; e++) v[e] = __fmul_rn(v[e], at(g, e));
+    }
+    if (a.beta) {
+      float4 b = rg_ld4(a.beta, q);
+#pragma unroll
+      for (int e = 0; e < 4; e++) v[e] = __fadd_rn(v[e], at(b, e));
+    }
+    rg_st4(y, q, make_float4(v[0], v[1], v[2], v[3]));
   }
-  double v = 0;
-#pragma unroll
-  for (int j = 0; j < NV; j++)
-    if ((int64_t)j * 32 + lane < C4) v += sq4(xv[j], mu);
-  v = warp_sum(v);
-  return make_double2(mu, 1.0 / sqrt(v / (double)C + eps));
 }
 
 template <int NV, bool CENTRE, class TO>
@@ -479,18 +503,9 @@ __global__ void norm_fwd_warp_k(norm_args a) {
        r += (int64_t)gridDim.x * NORM_WARPS) {
     float4 xv[NV];
     load_row<NV>(a.x + r * a.C, C4, lane, xv);
-    double2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
-    store_row<NV>((TO *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
-      float v = (float)((at(xv[j], e) - st.x) * st.y);
-      if (a.gamma) v = __fmul_rn(v, a.gamma[c]);
-      return a.beta ? __fadd_rn(v, a.beta[c]) : v;
-    });
+    float2 st = warp_stats<NV, CENTRE>(xv, a.C, lane, a.eps);
+    norm_store<NV, TO>(a, xv, st, r, lane);
   }
-}
-
-__device__ __forceinline__ float sum4f(float4 v) { return (v.x + v.y) + (v.z + v.w); }
-__device__ __forceinline__ float dot4f(float4 a, float4 b) {
-  return (a.x * b.x + a.y * b.y) + (a.z * b.z + a.w * b.w);
 }
 
 /* Warps per block of the backward (see above). */
@@ -593,18 +608,13 @@ __global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_ar
   }
 }
 
-/* NV float4 per lane for rows of C (x, g and the output; a bf16 output's groups of four
-   are 8-byte aligned then): 2 (the kernels are launched for that one), or 0 where the warp
-   kernels do not apply. */
-int norm_nv(int64_t C, const float *x, const float *g, const void *out) {
-  if (C == 0 || !rows4(C, x, g) || !rows4(C, out, NULL)) return 0;
-  return C <= 256 ? 2 : 0; /* see above: wider rows measured slower */
-}
-
-/* NV (2, 4, 6 or 8) for rows of C <= 1024 held in a warp's registers, x and out as
-   norm_nv's; 0 where that does not apply. */
-int norm_nv_wide(int64_t C, const float *x, const void *out) {
-  if (C == 0 || C > 1024 || !rows4(C, x, NULL) || !rows4(C, out, NULL)) return 0;
+/* The forward's NV (2, 4, 6 or 8) for rows of C <= 1024 held in a warp's registers (x, out,
+   gamma and beta, where given, read and written as float4: every row starts 16-byte
+   aligned; a bf16 output's groups of four are 8-byte aligned then), or 0 where that does
+   not apply. */
+int norm_fwd_nv(int64_t C, const float *x, const void *out, const float *gamma,
+                const float *beta) {
+  if (C == 0 || C > 1024 || !rows4(C, x, gamma) || !rows4(C, out, beta)) return 0;
   int64_t nv = cdiv(C / 4, 32);
   return (int)(nv + (nv & 1));
 }
@@ -622,7 +632,11 @@ template <bool CENTRE, class TO>
 void launch_norm_fwd(cudaStream_t s, const norm_args &a, int nv) {
   if (nv) {
     unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
-    norm_fwd_warp_k<2, CENTRE, TO><<<grid, 32 * NORM_WARPS, 0, s>>>(a);
+    auto kern = nv == 2   ? norm_fwd_warp_k<2, CENTRE, TO>
+                : nv == 4 ? norm_fwd_warp_k<4, CENTRE, TO>
+                : nv == 6 ? norm_fwd_warp_k<6, CENTRE, TO>
+                          : norm_fwd_warp_k<8, CENTRE, TO>;
+    kern<<<grid, 32 * NORM_WARPS, 0, s>>>(a);
     return;
   }
   rowcfg c = row_config(a.R, a.C);
@@ -1328,7 +1342,7 @@ static rg_status norm_fwd(rg_kargs *k, bool centre) {
   int64_t C = last_dim(&k->in[0]);
   if (k->in[0].n == 0 || C == 0) return RG_OK;
   int64_t R = k->in[0].n / C;
-  int nv = norm_nv(C, x, NULL, y);
+  int nv = norm_fwd_nv(C, x, y, gamma, beta);
   norm_args a = {x, gamma, beta, NULL, y, R, C, 0, eps, NULL, NULL, NULL};
   rg_cuda_typed(k->out[0].dtype, [&](auto to) {
     typedef typename decltype(to)::type TO;
@@ -1362,12 +1376,8 @@ __global__ void add_norm_warp_k(norm_args a, const TB *__restrict__ b, float *__
       xv[j] = make_float4(xv[j].x + v.x, xv[j].y + v.y, xv[j].z + v.z, xv[j].w + v.w);
       ((float4 *)(s + r * a.C))[q] = xv[j];
     }
-    double2 st = warp_stats<NV, true>(xv, a.C, lane, a.eps);
-    store_row<NV>((TO *)a.out + r * a.C, C4, lane, [&](int j, int64_t c, int e) {
-      float v = (float)((at(xv[j], e) - st.x) * st.y);
-      if (a.gamma) v = __fmul_rn(v, a.gamma[c]);
-      return a.beta ? __fadd_rn(v, a.beta[c]) : v;
-    });
+    float2 st = warp_stats<NV, true>(xv, a.C, lane, a.eps);
+    norm_store<NV, TO>(a, xv, st, r, lane);
   }
 }
 
@@ -1378,12 +1388,13 @@ rg_status rg_cuda_add_layernorm(rg_kargs *k) {
   const rg_tv *pa = &k->in[0], *pb = &k->in[1];
   if (pa->dtype != RG_F32) pa = &k->in[1], pb = &k->in[0]; /* the add commutes */
   int64_t C = last_dim(&k->in[0]);
-  int nv = pa->dtype == RG_F32 && rows4(C, pb->p, k->out[0].p) && C <= 1024
-               ? norm_nv_wide(C, (const float *)pa->p, k->out[1].p) : 0;
+  const float *gamma = (const float *)k->in[2].p, *beta = (const float *)k->in[3].p;
+  int nv = pa->dtype == RG_F32 && rows4(C, pb->p, k->out[0].p)
+               ? norm_fwd_nv(C, (const float *)pa->p, k->out[1].p, gamma, beta) : 0;
   if (nv && k->out[0].n) {
     rg_cuda_launch *L = rg_cuda_ctx(k);
-    norm_args a = {(const float *)pa->p, (const float *)k->in[2].p, (const float *)k->in[3].p,
-                   NULL, k->out[1].p, k->out[0].n / C, C, 0, k->node->f[0], NULL, NULL, NULL};
+    norm_args a = {(const float *)pa->p, gamma, beta, NULL, k->out[1].p, k->out[0].n / C, C, 0,
+                   k->node->f[0], NULL, NULL, NULL};
     unsigned grid = (unsigned)max64(1, min64(cdiv(a.R, NORM_WARPS), 1 << 20));
     float *s = (float *)k->out[0].p;
     rg_cuda_typed(pb->dtype, [&](auto tb) {
