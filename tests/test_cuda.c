@@ -378,6 +378,8 @@ static out c_xent_kernels(rg_ctx *c) {
   l = rg_add(c, l, xent_of(c, 3, 5, 50301, 1));      /* block, scalar, ignored rows */
   l = rg_add(c, l, xent_of(c, 4, 40, 1030, 0));      /* block of 256, scalar */
   l = rg_add(c, l, xent_of(c, 5, 7, 4100, 1));       /* block of 256, float4, ignored rows */
+  l = rg_add(c, l, xent_of(c, 6, 600, 2048, 1));     /* 600 block rows of 256, ignored rows */
+  l = rg_add(c, l, xent_of(c, 7, 3, 8192, 0));       /* block of 256, all loads in one round */
   return (out){l, l};
 }
 static out c_shape(rg_ctx *c) {
@@ -634,16 +636,17 @@ static void run_attn_repeat(void) {
 }
 
 /* The backward fused into the cross-entropy forward node (autograd.c) gives the unfused
-   nodes' bits at each of xent-kernels' shapes and at 9000 block rows: warp rows in one
+   nodes' bits at most of xent-kernels' shapes and at 9000 block rows: warp rows in one
    kernel (16-byte groups and scalar ones, ignored rows: the count kernel), block rows in
    the two kernels of one node; on F32 logits and on a linear's BF16 ones (BF16
    dlogits). */
 static void run_xent_fused(void) {
-  static const int64_t sh[6][3] = {{4096, 96, 0}, {1000, 7, 1},    {3, 50304, 0},
-                                   {5, 50301, 1}, {40, 1030, 0}, {9000, 1030, 1}};
+  static const int64_t sh[][3] = {{4096, 96, 0}, {1000, 7, 1},    {3, 50304, 0},
+                                  {5, 50301, 1}, {40, 1030, 0}, {9000, 1030, 1},
+                                  {600, 2048, 1}};
   int ok = 1;
   for (int bf = 0; bf < 2; bf++)
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < (int)(sizeof sh / sizeof sh[0]); i++) {
       rg_ctx *g = NULL;
       rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .bf16 = bf});
       CHECK(g != NULL, "xent-fused: no CUDA context");
