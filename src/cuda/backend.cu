@@ -165,13 +165,9 @@ static rg_status cuda_open(rg_ctx *ctx) {
   if (st == RG_OK)
     st = RG_CUDA_CHECK(ctx, cudaMemcpy(L->err, &rg_cuda_err_clean, sizeof(rg_cuda_err),
                                        cudaMemcpyHostToDevice));
-  if (st == RG_OK)
-    st = RG_CUDA_CHECK(ctx, cudaMalloc((void **)&L->counter, sizeof(unsigned)));
-  /* zeroed on the stream (non-blocking: a plain cudaMemset would not be ordered before
-     its kernels) */
-  if (st == RG_OK)
-    st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->counter, 0, sizeof(unsigned), L->stream));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->ce_check, 16));
+  /* set on the stream (non-blocking: a plain cudaMemset would not be ordered before its
+     kernels) */
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->ce_check, 0xff, 16, L->stream));
   const char *env = getenv("RG_PROFILE");
   s->prof = env && *env == '1';
@@ -250,7 +246,6 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->scratch);
   if (s->err_host) cudaFreeHost(s->err_host);
   cudaFree(L->err);
-  cudaFree(L->counter);
   cudaFree(L->ce_check);
   if (s->bounce) cudaFreeHost(s->bounce);
   if (L->stream) cudaStreamDestroy(L->stream);

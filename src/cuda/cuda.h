@@ -50,13 +50,8 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CU
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
   rg_cuda_err *err;     /* device view of the error word */
-  /* A last-block counter (device, rg_cuda_last_block), zero between kernels: the blocks
-     of the cross-entropy forward count on it, and the last, which adds their partials
-     instead of a second kernel, puts it back to 0 for the next kernel or graph replay.
-     Only kernels on stream use it, one at a time. */
-  unsigned *counter;
   /* 16 bytes of all ones (device): the cross-entropy forward's check word (nn.cu), which
-     its last block puts back, so it needs no kernel to set it before each use. */
+     its final kernel puts back, so it needs no kernel to set it before each use. */
   void *ce_check;
   int node;             /* index of the node being launched, within its drain */
   void *scratch;        /* RG_CUDA_SCRATCH bytes of device scratch, 256-aligned */
@@ -173,36 +168,6 @@ __device__ __forceinline__ void rg_cuda_put(float *out, int64_t e, double v, dou
     out[e] = (float)(v / div);
   else if (!*(const volatile int *)&acc->code)
     out[e] = __fadd_rn(out[e], (float)v);
-}
-
-/* The "last block" of a group of n blocks that each wrote partials to global memory and
-   count on *counter (zero before, as rg_cuda_launch's counter is): true, in every thread,
-   in the one block that arrives last, which then adds the group's partials itself instead
-   of a second kernel doing it. Called by every thread of the block (it holds barriers),
-   after its own writes. Why that block sees every partial:
-    - each thread fences after its writes (__threadfence: they are visible GPU-wide before
-      anything the thread does next), and the barrier puts every thread's fence before
-      the count; so when a block's increment is seen, all its partials are in L2;
-    - the block that counts n sees the increments of all n - 1 others, so all partials;
-      its fence after the count keeps its reads after it (acquire), and the barrier makes
-      the other threads wait for the verdict;
-    - it must read the partials with __ldcg (cached in L2 only, the point of coherence):
-      a plain load may hit a stale L1 line or, through a const __restrict__ pointer, take
-      the read-only path, neither kept coherent with other SMs' writes within a kernel.
-   atomicInc wraps at n - 1, so the last arrival also puts the counter back to 0 for the
-   next kernel or graph replay (kernel boundaries order that write before them). Which
-   block comes last varies from run to run; what it computes must not depend on it: it
-   adds the partials in an order fixed by the shapes, its own read back like the rest. */
-__device__ inline bool rg_cuda_last_block(unsigned *counter, unsigned n) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    last = atomicInc(counter, n - 1) == n - 1;
-    __threadfence();
-  }
-  __syncthreads();
-  return last;
 }
 
 /* ---- element types ------------------------------------------------------------------------
