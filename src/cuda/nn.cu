@@ -1234,12 +1234,12 @@ __global__ void __launch_bounds__(CE_FINAL)
 /* dlogits = (exp(x - max - lse) - onehot(t)) * g / count; ignored rows are zero, and so
    are rows with a bad target (the forward reported it; one that changed since is
    reported here), so what follows in a failing drain reads finite values. V: head,
-   8-element groups (U at a time, CE_BWD_U) and tail (see above), else one element at a
-   time. */
+   8-element groups (U at a time: CE_BWD_U_*) and tail (see above), else one element at a
+   time. U > 2 runs only in blocks of THREADS, where its registers (84 at U = 4) fit. */
 template <bool WARP, bool V, int U, class TX, class TD>
-__global__ void __launch_bounds__(1024) ce_bwd_k(ce_args a, const float *__restrict__ gl,
-                         const float2 *__restrict__ stats, TD *__restrict__ dx,
-                         rg_cuda_err *err, int node) {
+__global__ void __launch_bounds__(U > 2 ? THREADS : 1024)
+    ce_bwd_k(ce_args a, const float *__restrict__ gl, const float2 *__restrict__ stats,
+             TD *__restrict__ dx, rg_cuda_err *err, int node) {
   float count = stats[a.N].x;
   float coef = count != 0.f ? gl[0] / count : 0.f;
   ROW_LOOP(WARP, a.N, r, G, t) {
@@ -1588,11 +1588,14 @@ rg_status rg_cuda_cross_entropy(rg_kargs *k) {
   return rg_cuda_cross_entropy_bwd(&b);
 }
 
-/* Groups of 8 a thread loads before it stores any, in warp rows and block rows of 256
-   threads (C <= 8192): on an H200, bench/bandwidth's F32 rows of 8192 47.5 -> 41.4 us. Rows
-   of 1024 threads (C > 8192) load one group at a time: GPT-2's bf16 rows of 50304 were
+/* Groups of 8 a thread loads before it stores any: two in warp rows; four in block rows
+   of 256 threads (C <= 8192), all of a row of 8192's loads at once (on an H200,
+   bench/bandwidth's F32 rows of 8192: at 64 MiB 47.5 us with one group at a time, 41.4
+   with two or four; at 16 MiB 11.9 with two, 10.0 with four, three blocks an SM). Rows of
+   1024 threads (C > 8192) load one group at a time: GPT-2's bf16 rows of 50304 were
    slower with two (a step 17.05 -> 17.21 ms). */
-#define CE_BWD_U 2
+#define CE_BWD_U_WARP 2
+#define CE_BWD_U_BLOCK 4
 
 rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
@@ -1610,9 +1613,9 @@ rg_status rg_cuda_cross_entropy_bwd(rg_kargs *k) {
         kern<<<c.grid, c.threads, 0, L->stream>>>(a, gl, stats, rg_cuda_ptr(&k->out[0], td),
                                                   L->err, L->node);
       };
-      if (c.warp && v) go(ce_bwd_k<true, true, CE_BWD_U, TX, TD>);
+      if (c.warp && v) go(ce_bwd_k<true, true, CE_BWD_U_WARP, TX, TD>);
       else if (c.warp) go(ce_bwd_k<true, false, 1, TX, TD>);
-      else if (v && c.threads <= 256) go(ce_bwd_k<false, true, CE_BWD_U, TX, TD>);
+      else if (v && c.threads <= 256) go(ce_bwd_k<false, true, CE_BWD_U_BLOCK, TX, TD>);
       else if (v) go(ce_bwd_k<false, true, 1, TX, TD>);
       else go(ce_bwd_k<false, false, 1, TX, TD>);
     });
