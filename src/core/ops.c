@@ -74,9 +74,7 @@ static bool recast(rg_ctx *ctx, uint32_t *ref, rg_dtype dtype) {
 }
 
 /* A live, computed (or pending) operand of an allowed dtype. With rg_options.bf16 a BF16
-   operand of an op that computes in F32 only is widened (exactly) by a recorded rg_cast,
-   as autocast runs such ops in F32; the cast stays recorded if a later check of the same
-   call refuses it (an ordinary node, computed at the next barrier). */
+   operand of an op that computes in F32 only passes too: widen() then widens it. */
 static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
                     uint32_t *ref) {
   if (rg__check(ctx, t, call, k, ref) != RG_OK) return false;
@@ -87,14 +85,26 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
     return false;
   }
   if (!(dtypes >> ti->dtype & 1)) {
-    if (ctx->opt.bf16 && ti->dtype == RG_BF16 && (dtypes & F32_ONLY))
-      return recast(ctx, ref, RG_F32);
+    if (ctx->opt.bf16 && ti->dtype == RG_BF16 && (dtypes & F32_ONLY)) return true;
     rg__fail(ctx, RG_ERR_MISUSE, call, "operand %d has dtype %s; this op takes %s%s", k,
              rg__dtype_name(ti->dtype),
              dtypes == I32_ONLY ? "I32" : dtypes == F32_ONLY ? "F32" : "F32 or BF16",
              dtypes == I32_ONLY ? "" : " — rg_cast it first");
     return false;
   }
+  return true;
+}
+
+/* The BF16 operands among in[0, n) (0: absent) of an op that computes in F32 only, which
+   operand() let through under rg_options.bf16, widened (exactly) by a recorded rg_cast, as
+   autocast runs such ops in F32. Called once every operand of the call is checked, so a
+   bad operand is reported as one, not as a failure of an earlier operand's cast (an
+   out-of-memory pass pool). The casts stay recorded if a later check of the same call
+   refuses it (ordinary nodes, computed at the next barrier). */
+static bool widen(rg_ctx *ctx, uint32_t *in, int n) {
+  for (int i = 0; i < n; i++)
+    if (in[i] && rg__t(ctx, in[i])->dtype == RG_BF16 && !recast(ctx, &in[i], RG_F32))
+      return false;
   return true;
 }
 
@@ -181,7 +191,8 @@ rg_tensor rg_div(rg_ctx *c, rg_tensor a, rg_tensor b) { return binary(c, RG_OP_D
 
 static rg_tensor unary(rg_ctx *ctx, rg_op op, rg_tensor x, float f0, float f1) {
   uint32_t in[1];
-  if (!ctx || !operand(ctx, x, rg_optab[op].name, 1, F32_ONLY, &in[0])) return RG_NONE;
+  if (!ctx || !operand(ctx, x, rg_optab[op].name, 1, F32_ONLY, &in[0]) || !widen(ctx, in, 1))
+    return RG_NONE;
   float fv[4] = {f0, f1, 0, 0};
   return emit1(ctx, op, in, rg__shape(ctx, in[0]), NULL, fv);
 }
@@ -211,7 +222,8 @@ rg_tensor rg_clamp(rg_ctx *ctx, rg_tensor x, float lo, float hi) {
 static rg_tensor reduce(rg_ctx *ctx, rg_op op, rg_tensor x, int axis, int keepdim) {
   const char *call = rg_optab[op].name;
   uint32_t in[1];
-  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0])) return RG_NONE;
+  if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) || !widen(ctx, in, 1))
+    return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]), o = s;
   int a = -1;
   if (axis != RG_ALL_AXES && (a = norm_axis(ctx, call, axis, s.ndim)) < 0) return RG_NONE;
@@ -390,7 +402,8 @@ rg_tensor rg_layernorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, rg_tensor beta
   const char *call = "rg_layernorm";
   uint32_t in[3];
   if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
-      !optional(ctx, gamma, call, 2, &in[1]) || !optional(ctx, beta, call, 3, &in[2]))
+      !optional(ctx, gamma, call, 2, &in[1]) || !optional(ctx, beta, call, 3, &in[2]) ||
+      !widen(ctx, in, 3))
     return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
   if (s.ndim < 1)
@@ -411,7 +424,7 @@ rg_tensor rg_rmsnorm(rg_ctx *ctx, rg_tensor x, rg_tensor gamma, float eps) {
   const char *call = "rg_rmsnorm";
   uint32_t in[2];
   if (!ctx || !operand(ctx, x, call, 1, F32_ONLY, &in[0]) ||
-      !optional(ctx, gamma, call, 2, &in[1]))
+      !optional(ctx, gamma, call, 2, &in[1]) || !widen(ctx, in, 2))
     return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
   if (s.ndim < 1)
@@ -428,7 +441,7 @@ rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx) {
   const char *call = "rg_embedding";
   uint32_t in[2];
   if (!ctx || !operand(ctx, table, call, 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, idx, call, 2, I32_ONLY, &in[1]))
+      !operand(ctx, idx, call, 2, I32_ONLY, &in[1]) || !widen(ctx, in, 1))
     return RG_NONE;
   rg_shape st = rg__shape(ctx, in[0]), si = rg__shape(ctx, in[1]), o = si;
   if (st.ndim != 2)
@@ -530,7 +543,7 @@ rg_tensor rg_cross_entropy_ignore(rg_ctx *c, rg_tensor l, rg_tensor t, int ignor
 rg_tensor rg_mse(rg_ctx *ctx, rg_tensor pred, rg_tensor target) {
   uint32_t in[2];
   if (!ctx || !operand(ctx, pred, "rg_mse", 1, F32_ONLY, &in[0]) ||
-      !operand(ctx, target, "rg_mse", 2, F32_ONLY, &in[1]))
+      !operand(ctx, target, "rg_mse", 2, F32_ONLY, &in[1]) || !widen(ctx, in, 2))
     return RG_NONE;
   rg_shape a = rg__shape(ctx, in[0]), b = rg__shape(ctx, in[1]);
   if (a.ndim != b.ndim || memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim))
@@ -681,7 +694,8 @@ static uint32_t step_tensor(rg_ctx *ctx) {
 
 rg_tensor rg_dropout(rg_ctx *ctx, rg_tensor x, float p) {
   uint32_t in[1];
-  if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0])) return RG_NONE;
+  if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0]) || !widen(ctx, in, 1))
+    return RG_NONE;
   if (!(p >= 0 && p < 1))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_dropout", "p %g is outside [0, 1)", p), RG_NONE;
   if (!ctx->training || p == 0) return x;
