@@ -99,8 +99,8 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
    operand() let through under rg_options.bf16, widened (exactly) by a recorded rg_cast, as
    autocast runs such ops in F32. Called once every operand of the call is checked, so a
    bad operand is reported as one, not as a failure of an earlier operand's cast (an
-   out-of-memory pass pool). The casts stay recorded if a later check of the same call
-   refuses it (ordinary nodes, computed at the next barrier). */
+   out-of-memory pass pool). The casts stay recorded if a later check refuses the call
+   (ordinary nodes, computed at the next barrier). */
 static bool widen(rg_ctx *ctx, uint32_t *in, int n) {
   for (int i = 0; i < n; i++)
     if (in[i] && rg__t(ctx, in[i])->dtype == RG_BF16 && !recast(ctx, &in[i], RG_F32))
