@@ -607,23 +607,25 @@ __global__ void __launch_bounds__(32 * bwd_warps(NV), 2) norm_bwd_warp_k(norm_ar
   }
 }
 
-/* The forward's NV (2, 4, 6 or 8) for rows of C <= 1024 held in a warp's registers (x, out,
-   gamma and beta, where given, read and written as float4: every row starts 16-byte
-   aligned; a bf16 output's groups of four are 8-byte aligned then), or 0 where that does
-   not apply. */
-int norm_fwd_nv(int64_t C, const float *x, const void *out, const float *gamma,
-                const float *beta) {
-  if (C == 0 || C > 1024 || !rows4(C, x, gamma) || !rows4(C, out, beta)) return 0;
+/* NV (2, 4, 6 or 8) float4 a lane for a row of C (a multiple of 4) held in a warp's
+   registers, or 0 for C == 0 or C > 1024. */
+int row_nv(int64_t C) {
   int64_t nv = cdiv(C / 4, 32);
-  return (int)(nv + (nv & 1));
+  return C == 0 || nv > 8 ? 0 : (int)(nv + (nv & 1));
 }
 
-/* The backward's NV (2, 4, 6 or 8: C <= 1024), or 0 where it does not apply. */
+/* The forward's NV, where x, out, gamma and beta (where given) are read and written as
+   float4 (every row starts 16-byte aligned; a bf16 output's groups of four are 8-byte
+   aligned then), or 0. */
+int norm_fwd_nv(int64_t C, const float *x, const void *out, const float *gamma,
+                const float *beta) {
+  return rows4(C, x, gamma) && rows4(C, out, beta) ? row_nv(C) : 0;
+}
+
+/* The backward's NV (x, g, dx and gamma as float4), or 0. */
 int norm_bwd_nv(int64_t C, const float *x, const float *g, const float *dx,
                 const float *gamma) {
-  if (C == 0 || !rows4(C, x, g) || !rows4(C, dx, gamma)) return 0;
-  int64_t nv = cdiv(C / 4, 32);
-  return nv > 8 ? 0 : (int)(nv + (nv & 1));
+  return rows4(C, x, g) && rows4(C, dx, gamma) ? row_nv(C) : 0;
 }
 
 /* The forward for an output of type TO: the warp kernels when nv, else the row kernels. */
@@ -1206,24 +1208,19 @@ __global__ void __launch_bounds__(THREADS, 4)
 /* One block of CE_FINAL threads after ce_fwd_k's nb: out = sum / count of its partials
    (0 with no row counted), stats[N] = (count, 0); reports the lowest bad target and puts
    the check word back for the next launch (rg_cuda_launch.ce_check). Thread i adds
-   partials i, i + CE_FINAL, ... in order, then each warp's butterfly and one over the
-   warps' sums: an order fixed by nb. */
+   partials i, i + CE_FINAL, ... in order, then grp_sum adds the threads' sums: an order
+   fixed by nb. */
 #define CE_FINAL 1024
 __global__ void __launch_bounds__(CE_FINAL)
     ce_final_k(ce_args a, check_hdr *h, float2 *__restrict__ stats,
                const double *__restrict__ part, const double *__restrict__ cnt, int nb,
                float *__restrict__ out, rg_cuda_err *err, int node) {
-  __shared__ double shs[32], shc[32];
+  __shared__ double sh[32];
   double s = 0, c = 0;
 #pragma unroll 2
   for (int i = threadIdx.x; i < nb; i += CE_FINAL) s += part[i], c += cnt[i];
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  s = warp_sum(s);
-  c = warp_sum(c);
-  if (lane == 0) shs[wid] = s, shc[wid] = c;
-  __syncthreads();
-  s = warp_sum(shs[lane]);
-  c = warp_sum(shc[lane]);
+  s = grp_sum<false>(s, sh);
+  c = grp_sum<false>(c, sh);
   if (threadIdx.x != 0) return;
   report_bad(h, a.tg, a.C, RG_CUDA_E_TARGET, err, node);
   h->bad = NO_BAD;
