@@ -694,11 +694,11 @@ static uint32_t step_tensor(rg_ctx *ctx) {
 
 rg_tensor rg_dropout(rg_ctx *ctx, rg_tensor x, float p) {
   uint32_t in[1];
-  if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0]) || !widen(ctx, in, 1))
-    return RG_NONE;
+  if (!ctx || !operand(ctx, x, "rg_dropout", 1, F32_ONLY, &in[0])) return RG_NONE;
   if (!(p >= 0 && p < 1))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_dropout", "p %g is outside [0, 1)", p), RG_NONE;
-  if (!ctx->training || p == 0) return x;
+  if (!ctx->training || p == 0) return x; /* as it is: no cast recorded */
+  if (!widen(ctx, in, 1)) return RG_NONE;
   uint32_t ins[2] = {in[0], step_tensor(ctx)};
   if (!ins[1]) return RG_NONE;
   rg_shape s = rg__shape(ctx, in[0]);
