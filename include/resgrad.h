@@ -140,7 +140,8 @@ typedef struct rg_options {
                               same. */
   int check_finite;        /* 1: after each node, check its outputs; the first NaN or Inf
                               fails the drain with RG_ERR_NONFINITE naming the op and its
-                              label. Off (and free) by default. Env RG_CHECK_FINITE=1. */
+                              label. Off (and free) by default. Env RG_CHECK_FINITE=1.
+                              rg_set_check_finite changes it later. */
   int no_cudnn;            /* 1: bf16 attention on CUDA runs resgrad's own kernels even in a
                               build with cuDNN, whose fused flash attention it otherwise
                               uses for sequences of 512 or more where cuDNN takes the
@@ -161,6 +162,19 @@ typedef struct rg_options {
                               bits of their results; without it the same inputs give the
                               same bits. 2: every product (tests). The CPU ignores it.
                               Env RG_GEMM_TUNE=1. */
+  int dry_run;             /* 1: a context that models its device (chosen, and refused,
+                              as without it) but allocates no device memory and runs
+                              nothing: calls record and are checked as usual, budgets
+                              are enforced, and rg_stats_get's pool bytes, peaks and
+                              device bytes are what the same calls report on a real
+                              context of that device. To learn what a step needs before
+                              allocating anything (record one step, rg_stats_get). Host
+                              work and memory do not grow with tensor sizes: rg_param
+                              makes no values, rg_input, rg_constant and rg_write read
+                              nothing from host (any non-NULL pointer does), rg_read and
+                              rg_item deliver zeros. rg_save, rg_load, rg_dist_init and
+                              rg_gradcheck give RG_ERR_UNSUPPORTED. */
+  int nonfinite_checkpoints; /* 1: rg_save and rg_load accept NaN and Inf (debugging) */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */
@@ -190,10 +204,18 @@ RG_API rg_status rg_raise(rg_ctx *ctx, rg_status st, const char *fmt, ...)
     ;
 /* Static name of a status, e.g. "RG_ERR_STALE". Never NULL. */
 RG_API const char *rg_status_str(rg_status s);
-/* "cpu (N threads)" or e.g. "cuda:0 (NVIDIA H200)"; owned by ctx ("" for NULL). */
+/* "cpu (N threads)" or e.g. "cuda:0 (NVIDIA H200)"; a dry run's "cpu (dry run)" or
+   "cuda:0 (NVIDIA H200) (dry run)". Owned by ctx ("" for NULL). */
 RG_API const char *rg_device_name(const rg_ctx *ctx);
-/* RG_DEVICE_CPU or RG_DEVICE_CUDA: what RG_DEVICE_AUTO chose. */
+/* RG_DEVICE_CPU or RG_DEVICE_CUDA: what RG_DEVICE_AUTO chose (a dry run: the device it
+   models). */
 RG_API rg_device rg_device_kind(const rg_ctx *ctx);
+/* What the context's device (a dry run's too) has now, in bytes: *available that
+   allocations may still take, *total in all. CUDA: cudaMemGetInfo of the context's GPU.
+   CPU: MemAvailable and MemTotal (/proc/meminfo, else sysconf), available bounded by the
+   process's memory cgroup and RLIMIT_AS where they are set. NULL argument: MISUSE. Not a
+   barrier. */
+RG_API rg_status rg_device_memory(rg_ctx *ctx, size_t *available, size_t *total);
 
 /* Labels name the work recorded under them: every error message and trace about an op
    recorded while a label is pushed carries the whole stack joined by '/'. The string is
@@ -219,6 +241,10 @@ RG_API rg_status rg_reset(rg_ctx *ctx, rg_pool pool);
 RG_API uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool);
 /* Marks training or evaluation (dropout is identity in evaluation). Default: training. */
 RG_API void rg_set_training(rg_ctx *ctx, int training);
+/* Turns rg_options.check_finite on (1) or off (0) for the drains that run from now on,
+   queued work included; e.g. to run a step that went non-finite again and name the first
+   op whose output was not finite. NULL is ignored. Not a barrier. */
+RG_API void rg_set_check_finite(rg_ctx *ctx, int on);
 
 /* ---- tensors ----------------------------------------------------------------------- */
 
@@ -455,14 +481,21 @@ RG_API void rg_optim_free(rg_optim *opt);
 /* ---- checkpoints --------------------------------------------------------------------- */
 
 /* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,
-   atomically (temporary file, fsync, rename). On a rank other than 0 of a distributed
-   context (rg_dist_init) it writes nothing and returns the barrier's status: rank 0
-   writes the checkpoint, whose weights are every rank's. */
+   atomically (temporary file, fsync, rename). A path that is a symbolic link is written
+   through: its final target is replaced, the link stays. A path that exists and is not a
+   regular file (a directory, a device, a FIFO) is refused with RG_ERR_IO. A NaN or Inf
+   in any tensor it would write is refused with RG_ERR_NONFINITE naming the tensor and
+   element (unless rg_options.nonfinite_checkpoints). On any error nothing is written and
+   an existing file is unchanged. On a rank other than 0 of a distributed context
+   (rg_dist_init) it writes nothing and returns the barrier's status: rank 0 writes the
+   checkpoint, whose weights are every rank's. */
 RG_API rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt);
 /* Barrier; validates the whole file first (header length, JSON, names, dtypes, shapes,
    offsets inside the file, no overlaps, every parameter and, with opt, all of its state
    present) and reads it all before changing anything; on any problem RG_ERR_IO naming
-   it, and the model, optimizer and metadata are left exactly as they were. On success
+   it (RG_ERR_NONFINITE for a NaN or Inf in a tensor it would load, naming the tensor,
+   unless rg_options.nonfinite_checkpoints), and the model, optimizer and metadata are
+   left exactly as they were. On success
    the parameters, opt's state, the RNG state (seed and dropout step counter) and the
    metadata are restored. With opt == NULL only the parameters are loaded: the file's
    optimizer state (optim.hyper, optim.step, optim.m.<name> and optim.v.<name> of this

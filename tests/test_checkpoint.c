@@ -1,10 +1,16 @@
 /*
  * test_checkpoint.c - rg_save / rg_load: round trip, resume equality, metadata, and every
  * kind of bad file giving RG_ERR_IO with the model, optimizer and metadata unchanged.
+ * Non-finite values: a save refuses them (the old file untouched), a load refuses a file
+ * holding one (nothing changed), rg_options.nonfinite_checkpoints lets both through.
+ * Paths: a save writes through a symbolic link, and refuses a FIFO or a directory.
  */
 #include "common.h"
 
+#include <dirent.h>
+#include <math.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define B 8
@@ -17,8 +23,8 @@ static int with_opt = 1; /* load the optimizer's state too (hand-made headers ho
 /* A 6-8-3 MLP with AdamW; the batch of step s is a pure function of s. */
 typedef struct model { rg_ctx *ctx; rg_tensor w1, b1, w2; rg_optim *opt; } model;
 
-static model make(uint64_t seed) {
-  model m = {open_cpu_opts((rg_options){.seed = seed}), {0}, {0}, {0}, NULL};
+static model make_opts(rg_options o) {
+  model m = {open_cpu_opts(o), {0}, {0}, {0}, NULL};
   if (!m.ctx) return m;
   rg_init n = {RG_INIT_NORMAL, 0.5f, 0};
   m.w1 = rg_param(m.ctx, "fc1.weight", RG_F32, 2, (int64_t[]){8, D}, n);
@@ -27,6 +33,8 @@ static model make(uint64_t seed) {
   m.opt = rg_optim_adamw(m.ctx, &(rg_adamw_options){.lr = 1e-2f, .weight_decay = 0.01f});
   return m;
 }
+
+static model make(uint64_t seed) { return make_opts((rg_options){.seed = seed}); }
 
 static float step(model *m, int s) {
   float x[B * D];
@@ -115,17 +123,17 @@ static void with_header(const char *json, size_t data) {
   free(buf);
 }
 
-/* Loading `bad` must fail with RG_ERR_IO, name the problem, and change nothing. */
+/* Loading `bad` must fail with want, name the problem, and change nothing. */
 static int n_refused, n_mutated; /* files tried, for the summary line */
 
-static void expect_io(model *m, const char *what, const char *needle) {
+static void expect_refused(model *m, rg_status want, const char *what, const char *needle) {
   float before[80], after[80];
   n_refused++;
   read_all(m, before);
   int64_t steps = rg_optim_steps(m->opt);
   rg_clear_error(m->ctx);
   rg_status st = rg_load(m->ctx, bad, with_opt ? m->opt : NULL);
-  CHECK(st == RG_ERR_IO, "%s: rg_load -> %s (%s)", what, rg_status_str(st), rg_errmsg(m->ctx));
+  CHECK(st == want, "%s: rg_load -> %s (%s)", what, rg_status_str(st), rg_errmsg(m->ctx));
   CHECK(!needle || msg_has(m->ctx, needle), "%s: message names the problem: %s", what,
         rg_errmsg(m->ctx));
   rg_clear_error(m->ctx);
@@ -134,6 +142,10 @@ static void expect_io(model *m, const char *what, const char *needle) {
   CHECK(rg_optim_steps(m->opt) == steps, "%s: optimizer unchanged", what);
   const char *cfg = rg_meta_get(m->ctx, "config");
   CHECK(cfg && !strcmp(cfg, "mine"), "%s: metadata unchanged", what);
+}
+
+static void expect_io(model *m, const char *what, const char *needle) {
+  expect_refused(m, RG_ERR_IO, what, needle);
 }
 
 static void test_bad_files(void) {
@@ -267,12 +279,137 @@ static void test_bad_files(void) {
   close_model(&m);
 }
 
+/* Does the directory of p hold a temporary file of a save to p? */
+static int temp_left(const char *p) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s", p);
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : p;
+  if (slash) *slash = 0;
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+  DIR *d = opendir(slash ? dir : ".");
+  int found = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    found |= !strncmp(e->d_name, prefix, strlen(prefix));
+  if (d) closedir(d);
+  return found;
+}
+
+static void set_weight(model *m, rg_tensor w, int i, float v) {
+  float x[48];
+  size_t n = (size_t)rg_numel(m->ctx, w) * 4;
+  CHECK_ST(m->ctx, rg_read(m->ctx, w, x, n), RG_OK);
+  x[i] = v;
+  CHECK_ST(m->ctx, rg_write(m->ctx, w, x, n), RG_OK);
+}
+
+static void test_nonfinite(void) {
+  model m = make(4);
+  if (!m.ctx) return;
+  step(&m, 0);
+  CHECK_ST(m.ctx, rg_meta_set(m.ctx, "config", "mine"), RG_OK);
+  CHECK_ST(m.ctx, rg_save(m.ctx, path, m.opt), RG_OK);
+  size_t n0 = 0, n1 = 0;
+  unsigned char *f0 = slurp(path, &n0);
+  /* A save of a NaN parameter writes nothing. */
+  set_weight(&m, m.b1, 3, NAN);
+  CHECK_ST(m.ctx, rg_save(m.ctx, path, m.opt), RG_ERR_NONFINITE);
+  CHECK(msg_has(m.ctx, "fc1.bias") && msg_has(m.ctx, "element 3") && msg_has(m.ctx, "NaN") &&
+        msg_has(m.ctx, "nonfinite_checkpoints"), "the message names the tensor, element and "
+        "what to do: %s", rg_errmsg(m.ctx));
+  rg_clear_error(m.ctx);
+  unsigned char *f1 = slurp(path, &n1);
+  CHECK(f0 && f1 && n0 == n1 && !memcmp(f0, f1, n0), "the previous file is untouched");
+  CHECK(!temp_left(path), "no temporary file is left");
+  free(f1);
+  set_weight(&m, m.b1, 3, 0.5f);
+  /* A file holding +Inf (patched into fc2.weight[5] of a good save) loads nothing. */
+  uint64_t hlen = 0;
+  for (int i = 0; f0 && i < 8; i++) hlen |= (uint64_t)f0[i] << (8 * i);
+  size_t at = 8 + (size_t)hlen + (48 + 8 + 5) * 4;
+  CHECK(f0 && at + 4 <= n0, "the saved file holds fc2.weight");
+  if (!f0 || at + 4 > n0) return;
+  float inf = INFINITY;
+  memcpy(f0 + at, &inf, 4);
+  write_file(bad, f0, n0);
+  expect_refused(&m, RG_ERR_NONFINITE, "an Inf in a weight", "fc2.weight");
+  CHECK_ST(m.ctx, rg_load(m.ctx, bad, m.opt), RG_ERR_NONFINITE);
+  CHECK(msg_has(m.ctx, "element 5") && msg_has(m.ctx, "+Inf"), "the message names the "
+        "element: %s", rg_errmsg(m.ctx));
+  rg_clear_error(m.ctx);
+  close_model(&m);
+  /* rg_options.nonfinite_checkpoints: both go through. */
+  model d = make_opts((rg_options){.seed = 4, .nonfinite_checkpoints = 1});
+  if (!d.ctx) return;
+  CHECK_ST(d.ctx, rg_load(d.ctx, bad, d.opt), RG_OK);
+  float w2[24];
+  CHECK_ST(d.ctx, rg_read(d.ctx, d.w2, w2, sizeof w2), RG_OK);
+  CHECK(w2[5] == INFINITY, "the Inf was loaded: %g", w2[5]);
+  set_weight(&d, d.b1, 0, NAN);
+  CHECK_ST(d.ctx, rg_save(d.ctx, path, d.opt), RG_OK);
+  close_model(&d);
+  free(f0);
+}
+
+/* A save through a symbolic link replaces its target; a FIFO or a directory is refused. */
+static void test_paths(void) {
+  model m = make(6);
+  if (!m.ctx) return;
+  step(&m, 0);
+  char link[300], target[300], fifo[300], dir[300];
+  snprintf(link, sizeof link, "%s.link", path);
+  snprintf(target, sizeof target, "%s.target", path);
+  snprintf(fifo, sizeof fifo, "%s.fifo", path);
+  snprintf(dir, sizeof dir, "%s.dir", path);
+  write_file(target, "old", 3);
+  CHECK(symlink(target, link) == 0, "symlink %s", link);
+  CHECK_ST(m.ctx, rg_save(m.ctx, link, m.opt), RG_OK);
+  CHECK_ST(m.ctx, rg_save(m.ctx, path, m.opt), RG_OK); /* the same state, directly */
+  struct stat sb;
+  CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link is still a link");
+  size_t na = 0, nb = 0;
+  unsigned char *a = slurp(target, &na), *b = slurp(path, &nb);
+  CHECK(a && b && na == nb && !memcmp(a, b, na), "the link's target holds the checkpoint");
+  CHECK(!temp_left(link) && !temp_left(target), "no temporary file is left");
+  free(a);
+  free(b);
+  model l = make(8);
+  CHECK_ST(l.ctx, rg_load(l.ctx, link, l.opt), RG_OK);
+  close_model(&l);
+  unlink(link);
+  unlink(target);
+  CHECK(symlink("/nonexistent-rg-dir/x", link) == 0, "symlink %s", link);
+  CHECK_ST(m.ctx, rg_save(m.ctx, link, m.opt), RG_ERR_IO);
+  CHECK(msg_has(m.ctx, "symbolic link"), "a dangling link: %s", rg_errmsg(m.ctx));
+  rg_clear_error(m.ctx);
+  unlink(link);
+  CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+  CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+  CHECK(symlink(fifo, link) == 0, "symlink %s", link);
+  const char *refused[] = {fifo, dir, link};
+  for (int i = 0; i < 3; i++) {
+    CHECK_ST(m.ctx, rg_save(m.ctx, refused[i], m.opt), RG_ERR_IO);
+    CHECK(msg_has(m.ctx, "not a regular file"), "%s: %s", refused[i], rg_errmsg(m.ctx));
+    rg_clear_error(m.ctx);
+  }
+  CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO is still a FIFO");
+  CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link to it is still a link");
+  CHECK(rmdir(dir) == 0, "the directory is still an empty directory");
+  CHECK(!temp_left(fifo) && !temp_left(dir), "no temporary file is left");
+  unlink(link);
+  unlink(fifo);
+  close_model(&m);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(path, sizeof path, "%s/rg_ckpt_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
   snprintf(bad, sizeof bad, "%s/rg_bad_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
   test_resume();
   test_bad_files();
+  test_nonfinite();
+  test_paths();
   unlink(path);
   unlink(bad);
   int r = finish();

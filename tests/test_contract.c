@@ -1401,6 +1401,9 @@ static void test_null_ctx(void) {
   CHECK(rg_reset(n, RG_POOL_PASS) != RG_OK && rg_reset(n, RG_POOL_PERSISTENT) != RG_OK, "reset");
   CHECK(rg_generation(n, RG_POOL_PASS) == 0, "generation");
   rg_set_training(n, 0);
+  rg_set_check_finite(n, 1);
+  size_t avail, total;
+  CHECK(rg_device_memory(n, &avail, &total) == RG_ERR_MISUSE, "rg_device_memory(NULL)");
   CHECK(!rg_input(n, RG_F32, 1, dims, buf).id, "input");
   CHECK(!rg_param(n, "p", RG_F32, 1, dims, (rg_init){0, 0, 0}).id, "param");
   CHECK(rg_read(n, t, buf, sizeof buf) != RG_OK, "read");

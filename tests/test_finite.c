@@ -2,7 +2,8 @@
  * test_finite.c - rg_options.check_finite: the first op whose output holds a NaN or Inf
  * fails its drain with RG_ERR_NONFINITE naming that op and its label; nothing after it
  * changes the weights; with the option off the same program runs and returns the NaN.
- * Runs on the CPU, and on CUDA too where a GPU is usable.
+ * rg_set_check_finite turns it on and off between drains, also where CUDA replays a
+ * graph captured with it off. Runs on the CPU, and on CUDA too where a GPU is usable.
  */
 #include "common.h"
 
@@ -56,12 +57,49 @@ static void run(rg_device dev) {
   }
 }
 
+/* A step with a 0/0 runs with the check off (three times: CUDA captures the step's graph
+   and replays it), fails naming the division once rg_set_check_finite turns it on, and
+   runs again once it is off. */
+static void toggle(rg_device dev) {
+  const char *dn = dev == RG_DEVICE_CUDA ? "cuda" : "cpu";
+  rg_ctx *ctx = NULL;
+  if (rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1}) != RG_OK) {
+    CHECK(0, "%s: rg_open failed", dn);
+    return;
+  }
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, (int64_t[]){3}, (rg_init){RG_INIT_CONST, 2, 0});
+  float x[3] = {0, 1, 2};
+  int want[] = {0, 0, 0, 1, 1, 0, 0};
+  for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
+    if (i > 0 && want[i] != want[i - 1]) rg_set_check_finite(ctx, want[i]);
+    rg_step_begin(ctx);
+    rg_tensor xi = rg_input(ctx, RG_F32, 1, (int64_t[]){3}, x);
+    rg_label_push(ctx, "ratio");
+    rg_tensor r = rg_div(ctx, rg_mul(ctx, xi, w), xi); /* 0/0 at element 0 */
+    rg_label_pop(ctx);
+    float l = 0;
+    rg_status st = rg_item(ctx, rg_sum(ctx, r, RG_ALL_AXES, 0), &l);
+    if (want[i]) {
+      CHECK(st == RG_ERR_NONFINITE && msg_has(ctx, "rg_div") && msg_has(ctx, "ratio") &&
+            msg_has(ctx, "NaN"), "%s step %d, check on: %s (%s)", dn, i, rg_status_str(st),
+            rg_errmsg(ctx));
+      rg_clear_error(ctx);
+    } else {
+      CHECK(st == RG_OK && l != l, "%s step %d, check off: %s, loss %g", dn, i,
+            rg_status_str(st), l);
+    }
+  }
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 int main(void) {
   run(RG_DEVICE_CPU);
+  toggle(RG_DEVICE_CPU);
   rg_ctx *probe = NULL;
   if (rg_open(&probe, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1}) == RG_OK) {
     rg_close(probe);
     run(RG_DEVICE_CUDA);
+    toggle(RG_DEVICE_CUDA);
   } else {
     printf("cuda: no usable GPU, CUDA half not run\n");
   }

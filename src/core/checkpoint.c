@@ -5,7 +5,12 @@
  *
  * Invariants:
  *  - A save writes a temporary file in the target's directory, flushes and fsyncs it and
- *    renames it over the target: a crash leaves the old file or the new one.
+ *    renames it over the target: a crash leaves the old file or the new one. The target
+ *    is the path, or the final target of a symbolic link (so the link stays one); a path
+ *    that exists and is not a regular file is refused.
+ *  - Neither a save nor a load lets a NaN or Inf of an F32 or BF16 tensor through (unless
+ *    rg_options.nonfinite_checkpoints): each tensor is checked once, on its bytes in host
+ *    memory, while the save streams them or before the load uploads any.
  *  - A load validates everything (header length, JSON, names, dtypes, shapes, offsets
  *    inside the file, no overlaps, every expected tensor present) and reads all data
  *    into host memory before it changes any tensor: a bad file changes nothing.
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RG_FORMAT_VERSION "1"
@@ -38,6 +44,18 @@ static const char *st_dtype(int dt) { return dt == RG_F32 ? "F32" : dt == RG_BF1
 
 static void name_state(char *out, size_t cap, const char *kind, const char *pname) {
   snprintf(out, cap, "optim.%s.%s", kind, pname);
+}
+
+/* RG_ERR_NONFINITE, why naming the tensor and its first NaN or Inf, when p (the bytes of
+   tensor t) holds one and rg_options.nonfinite_checkpoints does not let it through. */
+static rg_status finite(rg_ctx *ctx, const char *name, const rg_tinfo *t, const void *p,
+                        char *why, size_t cap) {
+  float v;
+  int64_t e = ctx->opt.nonfinite_checkpoints ? -1 : rg__nonfinite(p, t->dtype, t->numel, &v);
+  if (e < 0) return RG_OK;
+  snprintf(why, cap, "tensor \"%.200s\" element %lld is %s", name, (long long)e,
+           rg__nonfinite_name(v));
+  return RG_ERR_NONFINITE;
 }
 
 /* Every tensor a checkpoint of ctx (+ opt) holds, in a fixed order. */
@@ -236,6 +254,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
   }
   rg_status st = fd < 0 ? RG_ERR_IO : RG_OK;
   const char *why = fd < 0 ? strerror(errno) : "";
+  char bad[320] = "";
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
   if (st == RG_OK) st = write_all(fd, len, 8);
@@ -252,6 +271,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
     ctx->st.down.bytes += t->nbytes;
     ctx->st.down_site[RG_SITE_CHECKPOINT].count++;
     ctx->st.down_site[RG_SITE_CHECKPOINT].bytes += t->nbytes;
+    if (st == RG_OK) st = finite(ctx, e[i].name, t, buf, bad, sizeof bad);
     if (st == RG_OK) st = write_all(fd, buf, t->nbytes);
     rg__free(ctx, buf);
   }
@@ -262,6 +282,11 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
   if (st != RG_OK) unlink(tmp);
   rg__free(ctx, tmp);
   rg__free(ctx, h.p);
+  if (st == RG_ERR_NONFINITE)
+    return rg__fail(ctx, st, call, "%s, so \"%s\" was not written (the previous file, if "
+                    "any, is unchanged): training went non-finite before this save. Find "
+                    "where with rg_set_check_finite, resume from an earlier checkpoint, or "
+                    "set rg_options.nonfinite_checkpoints = 1 to save it anyway", bad, path);
   if (st != RG_OK)
     return rg__fail(ctx, st, call, "could not write \"%s\" (%s); the previous file, if any, "
                     "is unchanged", path, st == RG_ERR_OOM ? "out of host memory" : why);
@@ -280,17 +305,50 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
   return RG_OK;
 }
 
+/* The file a save to path replaces: path, or the final target of a symbolic link (a
+   rename over the link would make it a file). NULL (the error set) for a path that exists
+   and is not a regular file: a rename over a directory fails, but over a FIFO or a
+   device it replaces the node (as root, /dev/null itself). Freed with rg__free. */
+static char *save_target(rg_ctx *ctx, const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) { /* a new file, or a path the save reports as unwritable */
+    char *p = rg__strdup(ctx, path);
+    return p ? p : (rg__fail(ctx, RG_ERR_OOM, "rg_save", "out of host memory"), NULL);
+  }
+  bool link = S_ISLNK(sb.st_mode);
+  char *target = link ? realpath(path, NULL) : rg__strdup(ctx, path);
+  if (!target) {
+    if (link)
+      rg__fail(ctx, RG_ERR_IO, "rg_save", "\"%s\" is a symbolic link whose target cannot be "
+               "resolved (%s); point it at an existing file, or remove it",
+               path, strerror(errno));
+    else
+      rg__fail(ctx, RG_ERR_OOM, "rg_save", "out of host memory");
+    return NULL;
+  }
+  if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    rg__fail(ctx, RG_ERR_IO, "rg_save", "\"%s\" exists and is not a regular file (a "
+             "directory, device or FIFO), which a checkpoint must not replace; nothing was "
+             "written: give the path of a checkpoint file", target);
+    rg__free(ctx, target);
+    return NULL;
+  }
+  return target;
+}
+
 rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
   if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, "rg_save");
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, "rg_save", "path is empty");
   rg_status st = optim_ok(ctx, opt, "rg_save");
   if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
   if (st != RG_OK || rg_dist_rank(ctx) != 0) return st; /* rank 0 writes for every rank */
   int n = 0;
-  entry *e = collect(ctx, opt, 0, &n, "rg_save");
-  if (!e) return RG_ERR_OOM;
-  st = save_to(ctx, path, opt, e, n);
+  char *target = save_target(ctx, path);
+  entry *e = target ? collect(ctx, opt, 0, &n, "rg_save") : NULL;
+  st = e ? save_to(ctx, target, opt, e, n) : ctx->last;
   rg__free(ctx, e);
+  rg__free(ctx, target);
   return st;
 }
 
@@ -560,6 +618,7 @@ static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) ==
 rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   const char *call = "rg_load";
   if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, call);
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty");
   rg_status st = optim_ok(ctx, opt, call);
   if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
@@ -609,6 +668,13 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory", bad_st = RG_ERR_OOM;
     else if (fseek(f, (long)(8 + hlen + e[k].begin), SEEK_SET) != 0 || !read_exact(f, data[k], sz))
       bad = "the data section is truncated";
+    else if (finite(ctx, e[k].name, rg__t(ctx, e[k].ref), data[k], why, sizeof why) != RG_OK) {
+      size_t w = strlen(why);
+      snprintf(why + w, sizeof why - w, " (the run that saved it had gone non-finite): load "
+               "an earlier checkpoint, or set rg_options.nonfinite_checkpoints = 1 to load "
+               "it anyway");
+      bad = why, bad_st = RG_ERR_NONFINITE;
+    }
   }
   fclose(f);
   for (int k = 0; !bad && k < n && st == RG_OK; k++) {

@@ -203,7 +203,12 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
     return RG_ERR_OOM;
   }
   ctx->nlabels = 1;
-  ctx->be = choose_backend(ctx);
+  ctx->be = ctx->dev = choose_backend(ctx);
+  if (ctx->opt.dry_run) {
+    ctx->dry = rg_dry_backend;
+    ctx->dry.chunk_min = ctx->dev->chunk_min;
+    ctx->be = &ctx->dry;
+  }
   rg_status st = ctx->be->open(ctx);
   if (st != RG_OK) {
     rg_close(ctx);
@@ -244,10 +249,20 @@ rg_status rg_close(rg_ctx *ctx) {
 
 const char *rg_device_name(const rg_ctx *ctx) { return ctx ? ctx->devname : ""; }
 rg_device rg_device_kind(const rg_ctx *ctx) {
-  return ctx && ctx->be == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+  return ctx && ctx->dev == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+}
+rg_status rg_device_memory(rg_ctx *ctx, size_t *available, size_t *total) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!available || !total)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_device_memory", "available and total must "
+                    "point at size_t variables to receive the byte counts");
+  return ctx->dev->meminfo(ctx, available, total);
 }
 void rg_set_training(rg_ctx *ctx, int training) {
   if (ctx) ctx->training = training != 0;
+}
+void rg_set_check_finite(rg_ctx *ctx, int on) {
+  if (ctx) ctx->opt.check_finite = on != 0;
 }
 
 /* ---- stats ----------------------------------------------------------------------------- */

@@ -566,6 +566,7 @@ static rg_status settings_of(rg_ctx *ctx, const rg_dist_options *o, settings *s)
 
 rg_status rg_dist_init(rg_ctx *ctx, const rg_dist_options *opt) {
   if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, CALL);
   if (ctx->dist)
     return rg__fail(ctx, RG_ERR_MISUSE, CALL, "this context is already rank %d of %d; call "
                     "rg_dist_close first", ctx->dist->rank, ctx->dist->world);

@@ -32,6 +32,7 @@ static rg_status eval(rg_ctx *ctx, rg_loss_fn fn, void *user, uint64_t step, dou
 rg_status rg_gradcheck(rg_ctx *ctx, rg_loss_fn fn, void *user, double eps, int64_t max_elems,
                        rg_gradcheck_result *out) {
   if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, "rg_gradcheck");
   if (!fn || !out || !(eps > 0))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_gradcheck", "fn and out must be non-NULL and "
                     "eps > 0");

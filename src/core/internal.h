@@ -201,17 +201,31 @@ typedef struct rg_backend {
   rg_status (*dist_open)(rg_ctx *ctx, int rank, int world, const void *id, double timeout,
                          char *msg, size_t msgcap);
   rg_status (*dist_close)(rg_ctx *ctx, bool abort, char *msg, size_t msgcap);
+  /* Checks that the device open would take is there and names it (ctx->devname; a GPU's
+     index in ctx->device_index), with open's errors and without allocating: all that a
+     dry run opens (dry.c). NULL: always there, named by name. */
+  rg_status (*probe)(rg_ctx *ctx);
+  /* rg_device_memory: the device's free and total bytes, for the context's device (set by
+     open or probe). Sets the sticky error on failure. */
+  rg_status (*meminfo)(rg_ctx *ctx, size_t *available, size_t *total);
 } rg_backend;
 #define RG_DIST_ID 128 /* bytes of a group's name (NCCL's unique id) */
 
 extern const rg_backend rg_cpu_backend;
 extern const rg_backend rg_cuda_backend; /* the stub answers RG_ERR_UNSUPPORTED */
+extern const rg_backend rg_dry_backend;  /* rg_options.dry_run (dry.c) */
 int rg_cuda_available(void);             /* 1 if a usable GPU is present */
+/* RG_ERR_UNSUPPORTED for call, which needs values a dry-run context does not have. */
+rg_status rg__dry_refuse(rg_ctx *ctx, const char *call);
 
 struct rg_ctx {
   rg_options opt;
   const rg_backend *be;
   void *be_state;          /* the backend's own */
+  const rg_backend *dev;   /* the device's backend: be, or the one a dry run models */
+  rg_backend dry;          /* a dry run's backend, be: rg_dry_backend with dev's chunk_min,
+                              so that its arenas grow exactly as dev's would */
+  int device_index;        /* a CUDA context's GPU (a dry run's too) */
   char devname[96];
   rg_status err;
   rg_status last;          /* the most recent failure's status, sticky error or not: what
@@ -279,6 +293,12 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
                  const char *call);
 size_t rg__dtype_size(int dt);
 const char *rg__dtype_name(int dt);
+/* The index of the first NaN or Inf among n elements of dtype at p (host memory), or -1
+   (always for I32); *v gets that element. */
+int64_t rg__nonfinite(const void *p, int dtype, int64_t n, float *v);
+static inline const char *rg__nonfinite_name(float v) {
+  return v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
 /* Parameters' BF16 shadows (optim.c; see RG_T_SHADOW). */
 uint32_t rg__shadow(rg_ctx *ctx, uint32_t param);
 void rg__shadow_stale(rg_ctx *ctx, uint32_t param);
@@ -301,6 +321,8 @@ rg_status rg__commit(rg_ctx *ctx, rg_node *n); /* after ins/outs set: tape + gua
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why);
 rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb);
 void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this pass */
+/* rg__stage holding a copy of src; in a dry run a fake address and nothing copied. */
+void *rg__stage_copy(rg_ctx *ctx, const void *src, size_t bytes);
 
 /* --- ops and autograd --- */
 typedef struct rg_opinfo {

@@ -675,9 +675,8 @@ static uint32_t step_tensor(rg_ctx *ctx) {
     ctx->rngstep_gen = 0;
   }
   if (ctx->rngstep_gen == ctx->pool[RG_POOL_PASS].gen) return ctx->rngstep;
-  uint64_t *stage = rg__stage(ctx, sizeof(uint64_t));
+  uint64_t *stage = rg__stage_copy(ctx, &ctx->step, sizeof ctx->step);
   if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_dropout", "out of staging memory"), 0;
-  *stage = ctx->step;
   if (!rg__record(ctx, RG_OP_UPLOAD)) return 0;
   rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
   n->out[0] = ctx->rngstep;

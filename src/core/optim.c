@@ -163,9 +163,8 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   rg_ctx *ctx = o->ctx;
   if (!(lr > 0))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_lr", "lr %g must be > 0", lr);
-  float *stage = rg__stage(ctx, sizeof lr);
+  float *stage = rg__stage_copy(ctx, &lr, sizeof lr);
   if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_optim_set_lr", "out of staging memory");
-  *stage = lr;
   if (!rg__record(ctx, RG_OP_UPLOAD)) return ctx->last;
   rg_node *n = &ctx->nodes[ctx->n_nodes - 1];
   n->out[0] = o->hyper;

@@ -55,6 +55,12 @@ void *rg__stage(rg_ctx *ctx, size_t bytes) {
   return rg__arena_alloc(ctx, &ctx->stage, bytes, NULL, true);
 }
 
+void *rg__stage_copy(rg_ctx *ctx, const void *src, size_t bytes) {
+  void *p = rg__stage(ctx, bytes);
+  if (p && bytes && !ctx->opt.dry_run) memcpy(p, src, bytes);
+  return p;
+}
+
 static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_t fail) {
   for (size_t k = first; k < last; k++) {
     rg_node *n = &ctx->nodes[k];

@@ -27,6 +27,14 @@ const char *rg__dtype_name(int dt) {
 }
 static const char *pool_name(int p) { return p ? "persistent" : "pass"; }
 
+int64_t rg__nonfinite(const void *p, int dtype, int64_t n, float *v) {
+  for (int64_t e = 0; dtype != RG_I32 && e < n; e++) {
+    *v = dtype == RG_F32 ? ((const float *)p)[e] : rg_bf16_to_f32(((const uint16_t *)p)[e]);
+    if (*v - *v != 0) return e; /* NaN or Inf */
+  }
+  return -1;
+}
+
 /* ---- arenas --------------------------------------------------------------------------- */
 
 static size_t align_up(size_t n) { return (n + RG_ALIGN - 1) & ~(size_t)(RG_ALIGN - 1); }
@@ -324,13 +332,12 @@ rg_tensor rg_input(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, cons
   if (!n) return RG_NONE;
   uint32_t out = rg__new(ctx, RG_POOL_PASS, dt, ndim, dims, "rg_input");
   size_t bytes = out ? rg__t(ctx, out)->nbytes : 0;
-  void *stage = out ? rg__stage(ctx, bytes) : NULL;
+  void *stage = out ? rg__stage_copy(ctx, host, bytes) : NULL;
   if (!stage) {
     if (out) rg__fail(ctx, RG_ERR_OOM, "rg_input", "out of host staging memory");
     ctx->n_nodes--;
     return RG_NONE;
   }
-  memcpy(stage, host, bytes);
   n = &ctx->nodes[ctx->n_nodes - 1];
   n->out[0] = out;
   n->i[1] = (int64_t)bytes;
@@ -385,6 +392,20 @@ static void init_values(float *v, int64_t n, rg_init init, uint64_t seed, uint64
   }
 }
 
+/* Uploads a new parameter's initial values and zeroes its gradient; a dry run has no
+   values to make. RG_ERR_OOM: no host memory for them. */
+static rg_status fill_param(rg_ctx *ctx, uint32_t w, uint32_t g, rg_init init) {
+  if (ctx->opt.dry_run) return RG_OK;
+  rg_tinfo *t = rg__t(ctx, w);
+  float *host = rg__malloc(ctx, t->nbytes ? t->nbytes : 1);
+  if (!host) return RG_ERR_OOM;
+  init_values(host, t->numel, init, ctx->opt.seed, (uint64_t)ctx->nparams);
+  rg_status st = ctx->be->upload(ctx, t->data, host, t->nbytes);
+  if (st == RG_OK) st = ctx->be->zero(ctx, rg__t(ctx, g)->data, t->nbytes);
+  rg__free(ctx, host);
+  return st;
+}
+
 rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dt, int ndim, const int64_t *dims,
                    rg_init init) {
   if (!ctx) return RG_NONE;
@@ -425,17 +446,9 @@ rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dt, int ndim, const i
   char *nm = rg__strdup(ctx, name);
   uint32_t w = nm ? rg__new(ctx, RG_POOL_PERSISTENT, dt, ndim, dims, "rg_param") : 0;
   uint32_t g = w ? rg__new(ctx, RG_POOL_PERSISTENT, dt, ndim, dims, "rg_param") : 0;
-  rg_tinfo *t = w ? rg__t(ctx, w) : NULL;
-  float *host = g ? rg__malloc(ctx, t->nbytes ? t->nbytes : 1) : NULL;
-  rg_status st = RG_OK;
-  if (host) {
-    init_values(host, t->numel, init, ctx->opt.seed, (uint64_t)ctx->nparams);
-    st = ctx->be->upload(ctx, t->data, host, t->nbytes);
-    if (st == RG_OK) st = ctx->be->zero(ctx, rg__t(ctx, g)->data, t->nbytes);
-    rg__free(ctx, host);
-  }
-  if (!host || st != RG_OK) {
-    if (!nm || (g && !host)) rg__fail(ctx, RG_ERR_OOM, "rg_param", "out of host memory");
+  rg_status st = g ? fill_param(ctx, w, g, init) : RG_OK;
+  if (!g || st != RG_OK) {
+    if (!nm || st == RG_ERR_OOM) rg__fail(ctx, RG_ERR_OOM, "rg_param", "out of host memory");
     else if (st != RG_OK) rg__fail(ctx, st, "rg_param", "could not initialise \"%s\"", name);
     rg__free(ctx, nm);
     /* The arena bump is not undone (offsets stay deterministic); the bytes are released
@@ -444,8 +457,8 @@ rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dt, int ndim, const i
     p->n = n0;
     return RG_NONE;
   }
+  rg_tinfo *t = rg__t(ctx, w);
   count(&ctx->st.up, &ctx->st.up_site[RG_SITE_PARAM_INIT], t->nbytes);
-  t = rg__t(ctx, w);
   t->flags = RG_T_GRAD | RG_T_PARAM;
   t->grad = g;
   t->param = ctx->nparams;

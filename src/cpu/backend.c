@@ -107,17 +107,13 @@ int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_
 static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
   for (int j = 0; j < k->node->nout; j++) {
     const rg_tv *o = &k->out[j];
-    if (!o->p || o->dtype == RG_I32) continue;
-    for (int64_t e = 0; e < o->n; e++) {
-      float v = o->dtype == RG_F32 ? ((const float *)o->p)[e]
-                                   : rg_bf16_to_f32(((const uint16_t *)o->p)[e]);
-      if (v - v != 0) { /* NaN or Inf */
-        snprintf(msg, msgcap, "output %d element %lld is %s (check_finite is on: this is "
-                 "the first op whose output is not finite) — look at its inputs and "
-                 "arguments, or lower the learning rate", j, (long long)e,
-                 v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf");
-        return RG_ERR_NONFINITE;
-      }
+    float v;
+    int64_t e = o->p ? rg__nonfinite(o->p, o->dtype, o->n, &v) : -1;
+    if (e >= 0) {
+      snprintf(msg, msgcap, "output %d element %lld is %s (check_finite is on: this is the "
+               "first op whose output is not finite) — look at its inputs and arguments, "
+               "or lower the learning rate", j, (long long)e, rg__nonfinite_name(v));
+      return RG_ERR_NONFINITE;
     }
   }
   return RG_OK;
@@ -244,4 +240,5 @@ const rg_backend rg_cpu_backend = {
     .zero = cpu_zero,
     .execute = cpu_execute,
     .sync = cpu_sync,
+    .meminfo = rg_cpu_meminfo,
 };

@@ -37,4 +37,7 @@ void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                          int accumulate, int threads);
 
+/* The backend's meminfo (memory.c): the host memory this process may still take. */
+rg_status rg_cpu_meminfo(rg_ctx *ctx, size_t *available, size_t *total);
+
 #endif

@@ -26,7 +26,9 @@
    graph: per-step values (batch, lr, Adam's step, dropout's step) live in device memory
    or pinned staging at fixed addresses, never in the signature. */
 typedef struct nsig {
-  int32_t op, nin, nout, pad;
+  int32_t op, nin, nout;
+  int32_t finite; /* rg_options.check_finite: a graph captured without the checks must
+                     not replay for a drain that wants them (rg_set_check_finite) */
   const void *ptr[RG_MAX_IN + RG_MAX_OUT];
   int64_t dims[RG_MAX_IN + RG_MAX_OUT][RG_MAX_DIMS + 1];
   int64_t i[4];
@@ -120,7 +122,9 @@ static int pick_device(rg_ctx *ctx, int n) {
   return (int)(r % n);
 }
 
-static rg_status cuda_open(rg_ctx *ctx) {
+/* The GPU is there: picks it (ctx->device_index) and names it, touching nothing on it
+   (cudaSetDevice would make its runtime context). All a dry run opens. */
+static rg_status cuda_probe(rg_ctx *ctx) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     (void)cudaGetLastError();
@@ -130,21 +134,30 @@ static rg_status cuda_open(rg_ctx *ctx) {
   }
   int dev = pick_device(ctx, n);
   if (dev < 0) return RG_ERR_MISUSE;
+  cudaDeviceProp p;
+  rg_status st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, dev));
+  if (st != RG_OK) return st;
+  ctx->device_index = dev;
+  snprintf(ctx->devname, sizeof ctx->devname, "cuda:%d (%.70s)", dev, p.name);
+  return RG_OK;
+}
+
+static rg_status cuda_open(rg_ctx *ctx) {
+  rg_status st = cuda_probe(ctx);
+  if (st != RG_OK) return st;
   rg_cuda_state *s = (rg_cuda_state *)rg__calloc(ctx, 1, sizeof *s);
   if (!s) return rg__fail(ctx, RG_ERR_OOM, "rg_open", "out of host memory");
   ctx->be_state = s;
-  s->dev = dev;
+  s->dev = ctx->device_index;
   rg_cuda_launch *L = &s->L;
-  L->dev = dev;
+  L->dev = s->dev;
   L->dnn_off = ctx->opt.no_cudnn != 0;
-  cudaDeviceProp p;
-  rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
-  if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaGetDeviceProperties(&p, s->dev));
-  if (st == RG_OK) {
-    L->sms = p.multiProcessorCount;
-    snprintf(ctx->devname, sizeof ctx->devname, "cuda:%d (%.80s)", s->dev, p.name);
+  st = RG_CUDA_CHECK(ctx, cudaSetDevice(s->dev));
+  if (st == RG_OK)
+    st = RG_CUDA_CHECK(ctx, cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount,
+                                                   s->dev));
+  if (st == RG_OK)
     st = RG_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&L->stream, cudaStreamNonBlocking));
-  }
   if (st == RG_OK) {
     cublasStatus_t b = cublasLtCreate((cublasLtHandle_t *)&L->lt);
     if (b != CUBLAS_STATUS_SUCCESS)
@@ -308,6 +321,12 @@ static rg_status cuda_zero(rg_ctx *ctx, void *dst, size_t bytes) {
 static rg_status cuda_sync(rg_ctx *ctx) {
   return RG_CUDA_CHECK(ctx, cudaStreamSynchronize(state(ctx)->L.stream));
 }
+/* The context's GPU: free and total bytes. For a dry run this makes the GPU's runtime
+   context, if nothing in the process had. */
+static rg_status cuda_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
+  rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(ctx->device_index));
+  return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaMemGetInfo(available, total)) : st;
+}
 
 typedef rg_status (*rg_cuda_fn)(rg_kargs *k);
 static const rg_cuda_fn launchers[] = {
@@ -388,6 +407,7 @@ static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
   g->op = n->op;
   g->nin = n->nin;
   g->nout = n->nout;
+  g->finite = ctx->opt.check_finite != 0;
   for (int j = 0; j < n->nin + n->nout; j++) {
     uint32_t ref = j < n->nin ? n->in[j] : n->out[j - n->nin];
     if (!ref) continue;
@@ -429,6 +449,7 @@ static void explain(rg_ctx *ctx, const gentry *prev, const nsig *cur, size_t n, 
   for (size_t i = 0; i < n; i++) {
     const nsig *a = &prev->sig[i], *b = &cur[i];
     const char *field = a->op != b->op                               ? "op"
+                        : a->finite != b->finite                     ? "check_finite"
                         : memcmp(a->ptr, b->ptr, sizeof a->ptr)      ? "a tensor address"
                         : memcmp(a->dims, b->dims, sizeof a->dims)   ? "a shape"
                         : memcmp(a->i, b->i, sizeof a->i)            ? "an integer argument"
@@ -702,4 +723,6 @@ extern "C" const rg_backend rg_cuda_backend = {
     NULL,
     NULL,
 #endif
+    cuda_probe,
+    cuda_meminfo,
 };

@@ -8,8 +8,9 @@
  *
  * Invariants: rg_cuda_available() is 0, so RG_DEVICE_AUTO always picks the CPU; asking
  * for RG_DEVICE_CUDA fails in open with RG_ERR_UNSUPPORTED and a message saying what to
- * do; every other member is NULL because a context never gets past open with this
- * backend. RG_CUDA_STUB_WHY (set by CMakeLists.txt) picks the reason given.
+ * do, and so does probe (a dry run of CUDA); every other member is NULL or never reached
+ * because a context never gets past open with this backend. RG_CUDA_STUB_WHY (set by
+ * CMakeLists.txt) picks the reason given.
  */
 #include "core/internal.h"
 
@@ -33,9 +34,17 @@ static rg_status stub_open(rg_ctx *ctx) {
                   stub_reason());
 }
 
+/* Never reached: no context opens on this backend. */
+static rg_status stub_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
+  (void)available, (void)total;
+  return stub_open(ctx);
+}
+
 const rg_backend rg_cuda_backend = {
     .name = "cuda (not built)",
     .open = stub_open,
+    .probe = stub_open,
+    .meminfo = stub_meminfo,
 };
 
 int rg_cuda_available(void) { return 0; }

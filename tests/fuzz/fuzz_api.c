@@ -1509,7 +1509,7 @@ static void op_mode(fz *F) {
   pre(F, "mode");
   switch (below(F, 4)) {
   case 0: F->ctx->opt.check = u8(F) & 1; break;           /* rg_options.check */
-  case 1: F->ctx->opt.check_finite = u8(F) & 1; break;    /* rg_options.check_finite */
+  case 1: rg_set_check_finite(F->ctx, u8(F) & 1); break;
   case 2: rg_set_training(F->ctx, below(F, 3)); break;
   default: F->ctx->opt.max_queued = u8(F) % 4 ? (size_t)1 << 20 : (size_t)(1 + below(F, 8)); break;
   }

@@ -5,17 +5,20 @@
  * (F32 parameters of 0 to 4 axes, one of them empty, names with a quote and UTF-8,
  * trained two steps with AdamW, two metadata keys). What must hold:
  *  - no crash, no sanitizer report, no hang, no large allocation;
- *  - the status is RG_OK or RG_ERR_IO. Not RG_ERR_OOM: the loader allocates the header
- *    (at most the file's size and at most 64 MiB) and the model's own tensor sizes, never
- *    a size the file declares beyond the file, so an OOM here would be an over-allocation;
+ *  - the status is RG_OK, RG_ERR_IO, or RG_ERR_NONFINITE (a NaN or Inf in a tensor the
+ *    load would take, which the file's data may hold). Not RG_ERR_OOM: the loader
+ *    allocates the header (at most the file's size and at most 64 MiB) and the model's
+ *    own tensor sizes, never a size the file declares beyond the file, so an OOM here
+ *    would be an over-allocation;
  *  - on failure: the message is non-empty and starts with "rg_load"; every parameter, the
  *    optimizer's step count and rg_meta_get's values are bit-identical to before, and so
  *    is everything else a checkpoint holds (a save afterwards is byte-identical to one of
  *    the untouched model: moments, hyperparameters, seed, step counter, metadata);
  *  - on success: the header is strict JSON (see RG_FUZZ_LAX_JSON below), no two non-empty
- *    tensors overlap, every parameter (rg_read), the step count (rg_optim_steps) and every
- *    tensor of a save afterwards equal the file's bytes at that tensor's data_offsets, the
- *    metadata equals the file's (rg_meta_get and the saved copy), and a training step runs;
+ *    tensors overlap, every parameter (rg_read) is finite and, like the step count
+ *    (rg_optim_steps) and every tensor of a save afterwards, equals the file's bytes at
+ *    its data_offsets, the metadata equals the file's (rg_meta_get and the saved copy),
+ *    and a training step runs;
  *  - either way the context keeps working: a training step afterwards succeeds.
  * Any violation prints "fuzz_load: ..." and aborts, so libFuzzer keeps the input.
  *
@@ -62,6 +65,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -806,8 +810,9 @@ static FZ_NOCOV int fz_canonical_u64(const char *s, size_t n, uint64_t *v) {
 static FZ_NOCOV void fz_check_unchanged(fz_model *m, rg_status st) {
   char msg[512]; /* a copy: rg_clear_error below empties the context's */
   snprintf(msg, sizeof msg, "%s", rg_errmsg(m->ctx) ? rg_errmsg(m->ctx) : "(null)");
-  if (st != RG_ERR_IO)
-    fz_die("rg_load -> %s, want RG_OK or RG_ERR_IO (%s)", rg_status_str(st), msg);
+  if (st != RG_ERR_IO && st != RG_ERR_NONFINITE)
+    fz_die("rg_load -> %s, want RG_OK, RG_ERR_IO or RG_ERR_NONFINITE (%s)",
+           rg_status_str(st), msg);
   if (strncmp(msg, "rg_load", 7))
     fz_die("the message of a failed rg_load is \"%s\"; it should start with \"rg_load\"",
            msg);
@@ -881,6 +886,12 @@ static FZ_NOCOV void fz_check_loaded(fz_model *m, const fz_buf *file, int with_o
     if (rg_read(m->ctx, m->p[i], v, n) != RG_OK || memcmp(v, in.data + t->begin, n))
       fz_die("after rg_load, parameter \"%s\" differs from the file's bytes",
              fz_params[i].name);
+    for (size_t b = 0; b < n; b += 4) {
+      float x;
+      memcpy(&x, v + b, 4);
+      if (!isfinite(x))
+        fz_die("rg_load accepted %g in parameter \"%s\"", x, fz_params[i].name);
+    }
   }
   if (with_opt) {
     const fz_tensor *t = fz_find(&in, "optim.step", 10);
