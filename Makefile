@@ -39,7 +39,7 @@ ARGS       ?=
 JOBS       ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
 # The main job: tools/resgrad-train when it exists, else the MLP example.
-MAIN ?= $(if $(wildcard tools/resgrad-train.c),resgrad-train,mlp)
+MAIN ?= $(if $(wildcard tools/resgrad-train/main.c),resgrad-train,mlp)
 
 .PHONY: all configure build run test sanitize memcheck fuzz tsan bench install clean
 

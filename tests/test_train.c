@@ -6,9 +6,9 @@
  *  - resume is exact: 2N steps in one run and N steps + --save + --resume for the other N
  *    print the same final and held-out losses, to the last bit (%.9g of a float);
  *  - the same with the options taken from the checkpoint (--resume alone);
- *  - errors are one line on stderr with the documented exit code: 2 for a bad option
- *    value or an unknown option, 1 for a missing file or a checkpoint of another model
- *    shape (rg_load's message) or of another head count (resgrad-train's own check);
+ *  - errors are one line on stderr with the documented exit code 2: a bad option value,
+ *    an unknown option, a missing file, a checkpoint of another model shape or head
+ *    count (tests/test_cli.c checks the files' side in depth);
  *  - --plot writes a complete SVG with both curves, axis titles and a legend;
  *  - --text trains, samples, saves, and a text checkpoint samples again without the file;
  *  - --distributed under resgrad-run: one rank gives the plain run's losses bit for bit;
@@ -114,8 +114,8 @@ static void test_usage_errors(void) {
   expect_error(2, "--bogus", "--bogus 3");
   expect_error(2, "--device", "--device tpu");
   expect_error(2, "--steps", "--steps");
-  expect_error(1, "no-such-file.txt", "--text no-such-file.txt");
-  expect_error(1, "no-such-checkpoint.st", "--resume no-such-checkpoint.st");
+  expect_error(2, "no-such-file.txt", "--text no-such-file.txt");
+  expect_error(2, "no-such-checkpoint.st", "--resume no-such-checkpoint.st");
 }
 
 /* 40 steps at once, 20 + 20 through a checkpoint, and 20 + --resume alone. */
@@ -146,10 +146,10 @@ static void test_resume_exact(result *r) {
 }
 
 static void test_wrong_model(void) {
-  /* other shapes: rg_load refuses and says which tensor */
-  expect_error(1, "cannot resume", "--resume half.st --width 64");
-  /* same shapes, other head count: only the config metadata can tell */
-  expect_error(1, "heads=4", "--resume half.st --heads 4");
+  /* another shape or head count than the checkpoint's: refused before the model is
+     built, naming the option and the checkpoint's value */
+  expect_error(2, "width=32", "--resume half.st --width 64");
+  expect_error(2, "--heads", "--resume half.st --heads 4");
   /* a model of addition is not a model of text */
   expect_error(2, "--text", "--resume half.st --text tiny.txt");
 }
@@ -186,7 +186,7 @@ static void test_text(result *r) {
     fputs("too short", f);
     fclose(f);
   }
-  expect_error(1, "short.txt", "--text short.txt");
+  expect_error(2, "short.txt", "--text short.txt");
 }
 
 static int count_of(const char *s, const char *needle) {
