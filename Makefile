@@ -22,8 +22,9 @@ TSAN_BUILD ?= build-tsan
 VALGRIND_BUILD ?= build-valgrind
 VALGRIND ?= valgrind
 # Tests that cannot run under valgrind: test_cuda needs a GPU; test_crash measures how a
-# killed process leaves its checkpoint, against a clock valgrind slows 50-fold.
-MEMCHECK_EXCLUDE ?= ^(test_cuda|test_crash)$$
+# killed process leaves its checkpoint, against a clock valgrind slows 50-fold;
+# installed_runs is a shell command (valgrind would check the shell, not resgrad).
+MEMCHECK_EXCLUDE ?= ^(test_cuda|test_crash|installed_runs)$$
 FUZZ_CC    ?= clang
 TSAN_CC    ?= clang
 # LLVM's OpenMP tool that tells ThreadSanitizer about libomp's barriers and tasks (Debian:

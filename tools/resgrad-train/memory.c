@@ -22,6 +22,7 @@
 
 typedef struct need {
   size_t pass, persistent; /* budgets: pool peaks plus slack */
+  size_t model;            /* the persistent pool's peak: parameters, gradients, AdamW */
   size_t total;            /* what must fit: reserved device bytes, slack, host buffers */
 } need;
 
@@ -77,6 +78,7 @@ static int dry_run(const run *r, int64_t B, need *out, size_t *avail) {
     rg_stats_get(d.ctx, &s);
     out->pass = s.pass_peak + slack(s.pass_peak);
     out->persistent = s.persistent_peak + slack(s.persistent_peak);
+    out->model = s.persistent_peak;
     out->total = s.device_peak + slack(s.pass_peak) + slack(s.persistent_peak);
     if (rg_device_kind(d.ctx) == RG_DEVICE_CPU && trains(r)) out->total += host_bytes(r, B);
   }
@@ -121,7 +123,7 @@ int plan_memory(run *r, size_t *pass_budget, size_t *persistent_budget) {
   fmt_bytes(n.total, want, sizeof want);
   fmt_bytes(avail, have, sizeof have);
   fmt_bytes(reserve(avail), keep, sizeof keep);
-  fmt_bytes(n.persistent, model, sizeof model);
+  fmt_bytes(n.model, model, sizeof model);
   if (lo) snprintf(fit, sizeof fit, "the largest --batch that fits is %lld", (long long)lo);
   else snprintf(fit, sizeof fit, "not even --batch 1 fits: make the model smaller "
                 "(--width, --layers)");
