@@ -186,16 +186,18 @@ int write_atomic(const char *path, const char *opt, void (*write)(FILE *f, const
     f = fopen(path, "w");
   } else {
     snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
     mode_t mask = umask(0);
     umask(mask);
-    /* mkstemp makes the file 0600; the new file gets the old one's mode, or a new
-       file's (0666 less the umask). */
-    if (fd >= 0 && fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask)) {
-      close(fd), unlink(tmp), fd = -1;
+    int fd = mkstemp(tmp);
+    /* mkstemp makes the file 0600: it gets the old file's mode, or a new file's (0666
+       less the umask). */
+    if (fd >= 0 && (fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask) ||
+                    !(f = fdopen(fd, "w")))) {
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      errno = e;
     }
-    if (fd >= 0 && !(f = fdopen(fd, "w"))) close(fd);
-    if (!f && fd >= 0) unlink(tmp);
   }
   if (!f) {
     errorf("%s: cannot write '%s': %s", opt, path, strerror(errno));
@@ -212,7 +214,7 @@ int write_atomic(const char *path, const char *opt, void (*write)(FILE *f, const
   if (err && !direct) unlink(tmp);
   if (err) {
     errorf("%s: cannot write '%s': %s%s", opt, path, strerror(err),
-           direct ? "" : " (the file was left as it was)");
+           direct ? "" : exists ? " (the old file is as it was)" : " (nothing was written)");
     return EXIT_RUNTIME;
   }
   return 0;
