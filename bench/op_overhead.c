@@ -1,5 +1,5 @@
 /*
- * op_overhead.c - the host cost of recording one op (DESIGN.md budgets < 1 us per op).
+ * op_overhead.c - the host cost of recording one op (the design's budget: < 1 us per op).
  *
  * On a CPU context it records `ops` cheap ops: rg_add of two one-element tensors, chained
  * (acc = acc + 1) so the drain computes something checkable. Recording goes in batches

@@ -3,7 +3,7 @@
  * interleaved spirals apart.
  *
  * It uses only the public API (CMake links it against the shared library, which exports
- * nothing else) and follows DESIGN.md's "A training step, as a user writes it": per step
+ * nothing else) and follows docs/ARCHITECTURE.md's "A step, as data flows through it": per step
  * one rg_step_begin, one upload of the batch, recorded ops, rg_backward, one optimizer
  * step, and one rg_item, the only barrier of the step. It prints the loss as it falls,
  * then the accuracy on the training points and on fresh points from the same spirals.

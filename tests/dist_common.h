@@ -8,7 +8,7 @@
  * child writes what it saw (status, message, losses, weights, times) to a file the
  * parent reads. Children end themselves with alarm(), and the parent SIGKILLs whatever
  * is left at a deadline, so a hang fails the test instead of stalling it. Rank 0 listens
- * on a port the kernel just called free (bound to port 0 and closed).
+ * on a port the kernel just called free (free_port, tools/free_port.h).
  *
  * The model: a 4-16-16-3 tanh MLP (6 parameters, 403 weights), AdamW, gradient norm
  * clipped to 1, cross-entropy on a batch that is a pure function of (step, row).
@@ -17,15 +17,14 @@
 #ifndef RG_TESTS_DIST_COMMON_H
 #define RG_TESTS_DIST_COMMON_H
 
+#include "../tools/free_port.h"
 #include "common.h"
 #include "core/internal.h"
 
 #include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
-#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -150,21 +149,6 @@ static void keep_error(rg_ctx *ctx, result *r, rg_status st) {
 
 typedef void (*rank_fn)(int rank, int world, int port, result *r);
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &len))
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  CHECK(port > 0, "no free port: %s", strerror(errno));
-  return port;
-}
-
 /* Runs fn as ranks 0..world-1 in child processes and collects their results (a rank
    that wrote none, having exited on purpose with status 3, gets status 1). Rank `linger` (or -1) is
    expected to wait forever: it is killed once the others are done. Returns 0 if every
@@ -172,6 +156,7 @@ static int free_port(void) {
 static int run_ranks(const char *tag, int world, rank_fn fn, int linger, double limit,
                      result *res) {
   int port = free_port();
+  CHECK(port > 0, "no free port: %s", strerror(errno));
   pid_t pid[MAXR];
   char path[MAXR][64];
   fflush(NULL);

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 /* The GPT's bf16 loss stays within this fraction of its f32 loss at every one of STEPS
-   steps (resgrad.h quotes this bound; measured: see the line this test prints). */
+   steps (docs/reliability.md quotes this bound; measured: see the line this test prints). */
 #define LOSS_TOL 0.02
 #define STEPS 40
 

@@ -1,5 +1,5 @@
 /*
- * test_contract.c - one check per rule of DESIGN.md section 1 (the data contract), on the
+ * test_contract.c - one check per rule of the data contract (docs/ARCHITECTURE.md), on the
  * CPU, mostly through the public API.
  *
  * What is checked: stale handles from each pool (and only against their own pool's
@@ -55,7 +55,7 @@ static rg_tensor mlp_loss(rg_ctx *ctx, const mlp *m, rg_tensor x, rg_tensor y) {
   return rg_cross_entropy(ctx, rg_linear(ctx, h, m->w2, m->b2), y);
 }
 
-/* One training step, as DESIGN.md writes it; stops before the optimizer step if
+/* One training step, as docs/ARCHITECTURE.md describes it; stops before the optimizer step if
    recording failed (a careful caller never updates with half a gradient). */
 static rg_status mlp_step(rg_ctx *ctx, const mlp *m, rg_optim *opt, float *loss) {
   float x[B * D];

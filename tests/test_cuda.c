@@ -5,10 +5,14 @@
  * graph in a CPU and a CUDA context and compares the output, the loss and every
  * parameter gradient by normalised error ||cuda - cpu|| / ||cpu||.
  *
+ * A case names the ops it is there for in an RG_COVERS list and fails if its tapes lack
+ * one of them (covers.h); tests/test_optable.c fails for an op that no list names.
+ *
  * `test_cuda NAME ...` runs only the cases whose printed names contain one of the NAMEs
  * (for a sanitizer run on a few kernels). Exits 77 (skipped) where no CUDA GPU is usable.
  */
 #include "common.h"
+#include "covers.h"
 #include "resgrad_nn.h"
 
 #include <math.h>
@@ -176,7 +180,7 @@ static out c_embedding_rep(rg_ctx *c) {
   rg_tensor t = P(c, "table", D2(10, 40));
   return weigh(c, rg_embedding(c, t, rg_input(c, RG_I32, 2, (int64_t[]){3, 100}, idx)));
 }
-/* V * n past emb_scan_acc_k's bound: the sorting backward (nn.cu), its scan over three
+/* V * n past emb_scan_acc_k's bound: the sorting backward (embedding.cu), its scan over three
    tiles of counts, the last partial. */
 static out c_embedding_big(rg_ctx *c) {
   static int32_t idx[1100];
@@ -190,7 +194,7 @@ static out c_attention(rg_ctx *c) {
   rg_tensor k2 = P(c, "k2", D4(2, 3, 5, 16)), v2 = P(c, "v2", D4(2, 3, 5, 16));
   return weigh(c, rg_add(c, rg_attention(c, q, k, v, 1), rg_attention(c, q, k2, v2, 0)));
 }
-/* The tiled kernels of attention.cu: several 64-row tiles with the causal diagonal inside
+/* The tiled kernels of attention_f32.cu and attention_mma.cu: several 64-row tiles with the causal diagonal inside
    them at GPT-2's head size; then sizes that are multiples of neither the tile nor 4, S
    below and above T, and head sizes up to the bound of 128. Outputs of different shapes
    are flattened and concatenated, so every one is compared. */
@@ -405,6 +409,23 @@ static out c_bf16(rg_ctx *c) {
 static out c_dropout(rg_ctx *c) {
   return weigh(c, rg_dropout(c, P(c, "x", D2(64, 33)), 0.3f));
 }
+/* rg_argmax along the last axis, a middle one, all axes and rows of 5000 (I32 indices,
+   compared as floats: a wrong one is off by at least 1), beside paths that give x and v
+   their gradients. */
+static out c_argmax(rg_ctx *c) {
+  rg_tensor x = P(c, "x", D3(4, 7, 33)), v = P(c, "v", D2(3, 5000));
+  rg_tensor y = rg_mul(c, x, rg_cast(c, rg_argmax(c, x, 2, 1), RG_F32));
+  y = rg_add(c, y, rg_cast(c, rg_argmax(c, x, 1, 1), RG_F32));
+  y = rg_add(c, y, rg_cast(c, rg_argmax(c, x, RG_ALL_AXES, 0), RG_F32));
+  rg_tensor z = rg_add(c, rg_cast(c, rg_argmax(c, v, 1, 0), RG_F32), rg_sum(c, v, 1, 0));
+  return weigh(c, rg_concat(c, flat(c, y), z, 0));
+}
+/* A retained loss: rg_backward seeds its gradient with a FILL node, not the shared 1. */
+static out c_seed(rg_ctx *c) {
+  out o = weigh(c, rg_tanh(c, P(c, "x", D2(5, 9))));
+  rg_retain_grad(c, o.loss);
+  return o;
+}
 static out c_gpt(rg_ctx *c) {
   rg_gpt_config cfg = {.vocab = 29, .block = 16, .layers = 2, .width = 32, .heads = 4};
   rg_gpt *g = rg_gpt_new(c, &cfg, NULL);
@@ -455,8 +476,8 @@ static out c_bf16_block(rg_ctx *c) {
 }
 
 /* Attention on linears' BF16 qkv, so that q, k, v, o and the gradient dqkv are all BF16:
-   shapes cuDNN's fused attention takes (when built with it: README, RG_CUDNN; T >= 512,
-   attention.cu), GPT-2's T and D, a wider D, T a multiple of 128 and not (cuDNN up to
+   shapes cuDNN's fused attention takes (when built with it: docs/building.md, RG_CUDNN;
+   T >= 512, attention.cu), GPT-2's T and D, a wider D, T a multiple of 128 and not (cuDNN up to
    9.15.0 leaves that backward to resgrad's kernels), full and causal. The same cases run
    on resgrad's own kernels with rg_options.no_cudnn (attn-own). */
 static rg_tensor dnn_of(rg_ctx *c, int i, int64_t B, int64_t T, int64_t H, int64_t D,
@@ -516,6 +537,7 @@ static double compare(rg_ctx *g, rg_tensor tg, rg_ctx *c, rg_tensor tc) {
    so both round the same products and activations (bf16 activations). */
 static int no_cudnn;  /* rg_options.no_cudnn of the CUDA contexts of run_case_mode */
 static int gemm_tune; /* and their rg_options.gemm_tune */
+static const rg_op *covers; /* the case's RG_COVERS list, checked on the CPU's tape */
 static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   if (!want(name)) return;
   rg_options o = {.quiet = 1, .seed = 11, .no_cudnn = no_cudnn};
@@ -539,6 +561,11 @@ static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   out oc = f(c), og = f(g);
   rg_backward(c, oc.loss);
   rg_backward(g, og.loss);
+  unsigned char seen[RG_OP_COUNT] = {0};
+  covers_note(c, 0, seen);
+  rg_op miss = covers_missing(covers, seen);
+  CHECK(miss == RG_OP_COUNT, "%s: its RG_COVERS list has op %s, which its tape lacks", name,
+        miss < RG_OP_COUNT ? rg_optab[miss].kernel : "");
   double worst = fmax(compare(g, og.y, c, oc.y), compare(g, og.loss, c, oc.loss));
   const char *wname = "output";
   for (int i = 0; i < rg_param_count(c); i++) {
@@ -549,13 +576,16 @@ static void run_case_mode(const char *name, build_fn f, double tol, int mode) {
   CHECK(rg_error(g) == RG_OK, "%s: CUDA error: %s", name, rg_errmsg(g));
   CHECK(worst <= tol, "%s: normalised error %.3g (worst at %s) > %.1g", name, worst, wname, tol);
   printf("%-12s %s  worst normalised error %.3g (tolerance %.0e)\n", name,
-         worst <= tol && rg_error(g) == RG_OK ? "PASS" : "FAIL", worst, tol);
+         worst <= tol && rg_error(g) == RG_OK && miss == RG_OP_COUNT ? "PASS" : "FAIL", worst,
+         tol);
   CHECK_ST(c, rg_close(c), RG_OK);
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
-static void run_case(const char *name, build_fn f, double tol) {
+static void run_case(const char *name, build_fn f, double tol, const rg_op *ops) {
+  covers = ops;
   run_case_mode(name, f, tol, 0);
+  covers = NULL;
 }
 
 /* The bf16 attention repeats exactly: the same backward twice, in two steps (the second
@@ -699,6 +729,64 @@ static void run_training(void) {
   printf("%-12s %s  loss error %.3g, weight error %.3g after 8 AdamW steps\n", "training",
          e < 1e-5 && ew < 1e-5 ? "PASS" : "FAIL", e, ew);
   for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
+}
+
+/* The optimizer's nodes: S steps of an MLP, each on its own batch, that zero the
+   gradients first (a ZERO_LIST: no step right before it to fold into), clip them and
+   step AdamW or SGD with momentum. With dist the CUDA context is rank 0 of a world of
+   one (rg_dist_init): where the build has NCCL its gradients go through ALLREDUCE nodes,
+   which with one rank change no bit. Losses and weights agree as in training's case. */
+static void run_optim(const char *name, int sgd, int dist, const rg_op *ops) {
+  if (!want(name)) return;
+  enum { S = 5 };
+  float loss[2][S], w[2][24 * 12];
+  unsigned char seen[RG_OP_COUNT] = {0};
+  int nccl = 0; /* the CUDA context averages gradients itself */
+  for (int d = 0; d < 2; d++) {
+    rg_ctx *c = NULL;
+    rg_open(&c, &(rg_options){.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU, .quiet = 1,
+                              .seed = 7});
+    CHECK(c != NULL, "%s: could not open the %s context", name, d ? "CUDA" : "CPU");
+    if (!c) return;
+    rg_tensor w1 = rg_param(c, "w1", RG_F32, D2(24, 12), normal(0.3f));
+    rg_tensor b1 = rg_param(c, "b1", RG_F32, 1, (int64_t[]){24}, normal(0.1f));
+    rg_tensor w2 = rg_param(c, "w2", RG_F32, D2(5, 24), normal(0.3f));
+    rg_optim *opt = sgd ? rg_optim_sgd(c, &(rg_sgd_options){.lr = 5e-2f, .momentum = 0.9f,
+                                                            .weight_decay = 1e-2f})
+                        : rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f,
+                                                                .weight_decay = 0.1f});
+    if (d && dist) CHECK_ST(c, rg_dist_init(c, &(rg_dist_options){.world_size = 1}), RG_OK);
+    nccl |= d && dist && c->be->dist_open;
+    for (int s = 0; s < S; s++) {
+      float x[6 * 12];
+      int32_t y[6];
+      for (int i = 0; i < 6 * 12; i++) x[i] = (float)sin(i * 0.37 + 2 * s);
+      for (int i = 0; i < 6; i++) y[i] = (i * 2 + s) % 5;
+      rg_step_begin(c);
+      rg_zero_grad(c);
+      rg_tensor h = rg_gelu(c, rg_linear(c, rg_input(c, RG_F32, D2(6, 12), x), w1, b1));
+      rg_tensor l = rg_cross_entropy(c, rg_linear(c, h, w2, RG_NONE),
+                                     rg_input(c, RG_I32, 1, (int64_t[]){6}, y));
+      rg_backward(c, l);
+      rg_clip_grad_norm(c, 1.0f);
+      rg_optim_step(opt);
+      covers_note(c, 0, seen);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    CHECK_ST(c, rg_read(c, w1, w[d], sizeof w[d]), RG_OK);
+    if (d && dist) CHECK_ST(c, rg_dist_close(c), RG_OK);
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  rg_op miss = covers_missing(ops, seen);
+  int unrecorded = miss == RG_OP_ALLREDUCE && !nccl; /* a build without NCCL */
+  CHECK(miss == RG_OP_COUNT || unrecorded, "%s: its RG_COVERS list has op %s, which its "
+        "tapes lack", name, miss < RG_OP_COUNT ? rg_optab[miss].kernel : "");
+  double e = nerr(loss[1], loss[0], S), ew = nerr(w[1], w[0], 24 * 12);
+  CHECK(e < 1e-5 && ew < 1e-5, "%s: loss error %.3g, weight error %.3g", name, e, ew);
+  printf("%-12s %s  loss error %.3g, weight error %.3g after %d steps%s\n", name,
+         e < 1e-5 && ew < 1e-5 && (miss == RG_OP_COUNT || unrecorded) ? "PASS" : "FAIL", e,
+         ew, S, unrecorded ? " (no NCCL in this build: no ALLREDUCE to compare)" : "");
 }
 
 /* AdamW's four-wide path and its scalar tail (4099 and 3 x 4099 elements: chunks of 4096,
@@ -1000,26 +1088,58 @@ int main(int argc, char **argv) {
   }
   printf("device: %s\n", rg_device_name(probe));
   rg_close(probe);
-  struct { const char *name; build_fn f; double tol; } cases[] = {
-      {"add", c_add, 1e-6},         {"sub", c_sub, 1e-6},       {"mul", c_mul, 1e-6},
-      {"div", c_div, 1e-6},         {"unary", c_unary, 1e-5},   {"reduce", c_reduce, 1e-5},
-      {"softmax", c_softmax, 1e-5}, {"softmax-wide", c_softmax_wide, 1e-5},
-      {"matmul", c_matmul, 1e-5},   {"linear", c_linear, 1e-5},
-      {"linear-act", c_linear_act, 1e-5}, {"dgelu", c_dgelu, 1e-5},
-      {"norms", c_norms, 1e-5},     {"norm-kernels", c_norm_kernels, 1e-5},
-      {"norm-fold", c_norm_fold, 1e-5}, {"add-norm", c_add_norm, 1e-5},
-      {"embedding", c_embedding, 1e-6}, {"embedding-rep", c_embedding_rep, 1e-6},
-      {"embedding-big", c_embedding_big, 1e-6},
-      {"attention", c_attention, 1e-5}, {"attn-gpt", c_attn_gpt, 1e-5},
-      {"attn-odd", c_attn_odd, 1e-5}, {"attn-wide", c_attn_wide, 1e-5},
-      {"attn-long", c_attn_long, 1e-5}, {"attn-qkv", c_attn_qkv, 1e-5},
-      {"colsum", c_colsum, 1e-6},   {"xent+mse", c_xent, 1e-5},
-      {"xent-kernels", c_xent_kernels, 1e-5}, {"shape", c_shape, 1e-6},
-      {"dropout", c_dropout, 1e-6}, {"gpt", c_gpt, 1e-4},
-      {"bf16", c_bf16, 1e-5},
+  struct { const char *name; build_fn f; double tol; const rg_op *covers; } cases[] = {
+      {"add", c_add, 1e-6, RG_COVERS(RG_OP_UPLOAD, RG_OP_ADD, RG_OP_SUM_TO_ACC, RG_OP_ACCUM)},
+      {"sub", c_sub, 1e-6, RG_COVERS(RG_OP_SUB, RG_OP_NEG)},
+      {"mul", c_mul, 1e-6, RG_COVERS(RG_OP_MUL)},
+      {"div", c_div, 1e-6, RG_COVERS(RG_OP_DIV, RG_OP_EXP, RG_OP_SUM_TO)},
+      {"unary", c_unary, 1e-5,
+       RG_COVERS(RG_OP_SCALE, RG_OP_POW, RG_OP_CLAMP, RG_OP_NEG, RG_OP_EXP, RG_OP_LOG,
+                 RG_OP_SQRT, RG_OP_RELU, RG_OP_GELU, RG_OP_SILU, RG_OP_SIGMOID, RG_OP_TANH,
+                 RG_OP_CLAMP_BWD, RG_OP_RELU_BWD, RG_OP_GELU_BWD, RG_OP_SILU_BWD,
+                 RG_OP_SIGMOID_BWD, RG_OP_TANH_BWD)},
+      {"reduce", c_reduce, 1e-5,
+       RG_COVERS(RG_OP_SUM, RG_OP_MEAN, RG_OP_MAX, RG_OP_EXPAND, RG_OP_MAX_BWD)},
+      {"softmax", c_softmax, 1e-5,
+       RG_COVERS(RG_OP_SOFTMAX, RG_OP_LOG_SOFTMAX, RG_OP_SOFTMAX_BWD, RG_OP_LOG_SOFTMAX_BWD)},
+      {"softmax-wide", c_softmax_wide, 1e-5,
+       RG_COVERS(RG_OP_SOFTMAX, RG_OP_LOG_SOFTMAX, RG_OP_SOFTMAX_BWD, RG_OP_LOG_SOFTMAX_BWD)},
+      {"matmul", c_matmul, 1e-5, RG_COVERS(RG_OP_MATMUL)},
+      {"linear", c_linear, 1e-5, RG_COVERS(RG_OP_LINEAR, RG_OP_MATMUL_ACC)},
+      {"linear-act", c_linear_act, 1e-5,
+       RG_COVERS(RG_OP_LINEAR_ACT, RG_OP_CAST, RG_OP_RELU_BWD, RG_OP_GELU_BWD)},
+      {"dgelu", c_dgelu, 1e-5, RG_COVERS(RG_OP_MATMUL_DGELU)},
+      {"norms", c_norms, 1e-5,
+       RG_COVERS(RG_OP_LAYERNORM, RG_OP_RMSNORM, RG_OP_LAYERNORM_BWD, RG_OP_RMSNORM_BWD)},
+      {"norm-kernels", c_norm_kernels, 1e-5,
+       RG_COVERS(RG_OP_LAYERNORM, RG_OP_RMSNORM, RG_OP_LAYERNORM_BWD, RG_OP_RMSNORM_BWD)},
+      {"norm-fold", c_norm_fold, 1e-5, RG_COVERS(RG_OP_LAYERNORM_BWD, RG_OP_RMSNORM_BWD)},
+      {"add-norm", c_add_norm, 1e-5, RG_COVERS(RG_OP_ADD_LAYERNORM, RG_OP_LAYERNORM_BWD)},
+      {"embedding", c_embedding, 1e-6, RG_COVERS(RG_OP_EMBEDDING, RG_OP_EMBEDDING_BWD)},
+      {"embedding-rep", c_embedding_rep, 1e-6, RG_COVERS(RG_OP_EMBEDDING, RG_OP_EMBEDDING_BWD)},
+      {"embedding-big", c_embedding_big, 1e-6, RG_COVERS(RG_OP_EMBEDDING, RG_OP_EMBEDDING_BWD)},
+      {"attention", c_attention, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+      {"attn-gpt", c_attn_gpt, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+      {"attn-odd", c_attn_odd, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+      {"attn-wide", c_attn_wide, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+      {"attn-long", c_attn_long, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+      {"attn-qkv", c_attn_qkv, 1e-5, RG_COVERS(RG_OP_ATTENTION_QKV, RG_OP_ATTENTION_QKV_BWD)},
+      {"colsum", c_colsum, 1e-6, RG_COVERS(RG_OP_MEAN, RG_OP_SUM_TO_ACC)},
+      {"xent+mse", c_xent, 1e-5,
+       RG_COVERS(RG_OP_CROSS_ENTROPY, RG_OP_MSE, RG_OP_CROSS_ENTROPY_BWD)},
+      {"xent-kernels", c_xent_kernels, 1e-5,
+       RG_COVERS(RG_OP_CROSS_ENTROPY, RG_OP_CROSS_ENTROPY_BWD)},
+      {"shape", c_shape, 1e-6,
+       RG_COVERS(RG_OP_COPY, RG_OP_PERMUTE, RG_OP_SLICE, RG_OP_CONCAT, RG_OP_CAST,
+                 RG_OP_SLICE_BWD)},
+      {"dropout", c_dropout, 1e-6, RG_COVERS(RG_OP_DROPOUT)},
+      {"gpt", c_gpt, 1e-4, NULL},
+      {"bf16", c_bf16, 1e-5, RG_COVERS(RG_OP_MATMUL, RG_OP_LINEAR, RG_OP_CAST)},
+      {"argmax", c_argmax, 1e-6, RG_COVERS(RG_OP_ARGMAX)},
+      {"seed", c_seed, 1e-5, RG_COVERS(RG_OP_FILL)},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-    run_case(cases[i].name, cases[i].f, cases[i].tol);
+    run_case(cases[i].name, cases[i].f, cases[i].tol, cases[i].covers);
   /* TF32 keeps 10 of 23 mantissa bits in the products: relative errors ~ 2^-11 per term,
      ~5e-4 normalised over sums of 40-301 terms; a wrong layout would be O(1). */
   run_case_mode("tf32-dW", c_tf32, 3e-3, 1);
@@ -1067,6 +1187,9 @@ int main(int argc, char **argv) {
   if (want("xent-fused")) run_xent_fused();
   if (want("training")) run_training();
   if (want("adamw-vec")) run_adamw_vec();
+  run_optim("adamw", 0, 0, RG_COVERS(RG_OP_ZERO_LIST, RG_OP_CLIP, RG_OP_ADAMW));
+  run_optim("sgd", 1, 0, RG_COVERS(RG_OP_ZERO_LIST, RG_OP_CLIP, RG_OP_SGD));
+  run_optim("allreduce", 0, 1, RG_COVERS(RG_OP_ALLREDUCE));
   if (want("checkpoint")) run_checkpoint();
   if (want("graphs")) run_graphs();
   if (want("faults")) run_faults();

@@ -125,7 +125,7 @@ static void check_buckets(rg_ctx *ctx, const mlp *m, result *r) {
   size_t first_ar = 0, first_layer = 0;
   for (size_t k = k0; k < ctx->n_nodes; k++) {
     const rg_node *n = &ctx->nodes[k];
-    bool adds = n->op == RG_OP_ACCUM || n->op == RG_OP_MATMUL_ACC || n->op == RG_OP_SUM_TO_ACC;
+    bool adds = rg_optab[n->op].flags & RG_F_ACC;
     for (int i = 0; i < 6 && adds; i++) {
       uint32_t g = rg__t(ctx, ctx->prefs[i])->grad;
       if (n->in[0] != g) continue;

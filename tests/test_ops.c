@@ -5,10 +5,12 @@
  * Each test checks (1) the forward result against a double-precision reference computed
  * here with plain loops, (2) the gradient with the public rg_gradcheck (central
  * differences) on a loss sum(op(params) * W), W a fixed table of weights with |w| in
- * [0.25, 1] so that every output element matters, and (3) edge shapes: size-1 axes, T=1,
- * a single row, zero-size tensors where they mean something. Bad shapes and dtypes must
- * give RG_ERR_MISUSE with a message naming the op, and the context must keep working
- * after rg_clear_error.
+ * [0.25, 1] so that every output element matters, through every op of its RG_COVERS list
+ * in the table (covers.h: the test fails if its gradient checks' tapes miss one of them,
+ * test_optable if an op that carries a gradient is in no list), and (3) edge shapes:
+ * size-1 axes, T=1, a single row, zero-size tensors where they mean something. Bad shapes
+ * and dtypes must give RG_ERR_MISUSE with a message naming the op, and the context must
+ * keep working after rg_clear_error.
  *
  * Error measures, printed one line per op:
  *  - fwd:  worst |got - want| / max(1, |want|) over every compared element;
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "covers.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/wait.h>
@@ -41,6 +44,7 @@
 
 static double g_fwd;  /* worst forward error of the running test */
 static double g_grad; /* worst gradient error of the running test; < 0: none checked */
+static unsigned char g_seen[RG_OP_COUNT]; /* ops the running test's gradient checks reach */
 
 static void note_fwd(double e) {
   if (!(e <= g_fwd)) g_fwd = e; /* NaN sticks */
@@ -197,14 +201,15 @@ enum {
   O_SILU, O_SIGMOID, O_TANH, O_CLAMP, O_SUM, O_MEAN, O_MAX, O_SOFTMAX, O_LOG_SOFTMAX,
   O_MATMUL, O_LINEAR, O_LINEAR_ACT, O_LAYERNORM, O_RMSNORM, O_EMBEDDING, O_ATTENTION, O_CE,
   O_CE_IGNORE, O_MSE, O_RESHAPE, O_TRANSPOSE, O_PERMUTE, O_SLICE, O_CONCAT, O_DROPOUT,
-  O_ATTENTION_QKV, O_ATTENTION_SPLIT
+  O_ATTENTION_QKV, O_ATTENTION_SPLIT, O_CAST, O_ADD_SCALED, O_ADD_LAYERNORM, O_GELU_MLP
 };
 
 /* One recorded call: operands p[] (parameters, or RG_NONE), baked scalars, and an I32
-   operand uploaded afresh on every call (rg_gradcheck resets the pass pool per eval). */
+   operand uploaded afresh on every call (rg_gradcheck resets the pass pool per eval).
+   retain: the loss is kept with rg_retain_grad, so its gradient's seed is a FILL node. */
 typedef struct opcall {
-  int op;
-  rg_tensor p[3];
+  int op, retain;
+  rg_tensor p[4];
   float f[2];
   int i[4];
   int nd;
@@ -268,6 +273,11 @@ static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
   case O_SLICE: return rg_slice(ctx, a, c->i[0], c->i[1], c->i[2]);
   case O_CONCAT: return rg_concat(ctx, a, b, c->i[0]);
   case O_DROPOUT: return rg_dropout(ctx, a, c->f[0]);
+  case O_CAST: return rg_cast(ctx, rg_cast(ctx, a, (rg_dtype)c->i[0]), RG_F32);
+  case O_ADD_SCALED: return rg_add(ctx, a, rg_scale(ctx, b, c->f[0]));
+  case O_ADD_LAYERNORM: return rg_layernorm(ctx, rg_add(ctx, a, b), d, c->p[3], c->f[0]);
+  case O_GELU_MLP:
+    return rg_linear(ctx, rg_linear_act(ctx, a, b, d, RG_ACT_GELU), c->p[3], RG_NONE);
   default: return RG_NONE;
   }
 }
@@ -293,11 +303,19 @@ static rg_tensor loss_of(rg_ctx *ctx, void *user) {
   for (int64_t i = 0; i < n; i++) w[i] = weight((uint64_t)i);
   rg_tensor W = rg_input(ctx, RG_F32, nd, d, w);
   free(w);
-  return rg_sum(ctx, rg_mul(ctx, y, W), RG_ALL_AXES, 0);
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, y, W), RG_ALL_AXES, 0);
+  if (loss.id && ((const opcall *)user)->retain) rg_retain_grad(ctx, loss);
+  return loss;
 }
 
-/* rg_gradcheck of every parameter in ctx through c; worst |analytic - numeric| <= tol. */
+/* rg_gradcheck of every parameter in ctx through c; worst |analytic - numeric| <= tol.
+   g_seen notes the ops of one forward and backward of c, recorded first: rg_gradcheck's
+   first barrier runs them and its zero_grad, recorded after them, clears what they add
+   to the gradients, so the check itself is as without them. */
 static void gradcheck(rg_ctx *ctx, const opcall *c, double eps, double tol, const char *what) {
+  size_t first = ctx->n_nodes;
+  rg_tensor loss = loss_of(ctx, (void *)c);
+  if (loss.id && rg_backward(ctx, loss) == RG_OK) covers_note(ctx, first, g_seen);
   rg_gradcheck_result r;
   rg_status st = rg_gradcheck(ctx, loss_of, (void *)c, eps, 0, &r);
   CHECK(st == RG_OK, "%s: rg_gradcheck -> %s: %s", what, rg_status_str(st), rg_errmsg(ctx));
@@ -433,7 +451,21 @@ static void binary_all(int op, const char *name) {
   close_ctx(ctx);
 }
 
-static void t_add(void) { binary_all(O_ADD, "rg_add"); }
+static void t_add(void) {
+  binary_all(O_ADD, "rg_add");
+  /* a broadcast operand that is no parameter: a SUM_TO node sums its gradient (a
+     parameter's is added by SUM_TO_ACC) */
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  float a[6], b[3];
+  fill(a, 6, -2, 2);
+  fill(b, 3, -2, 2);
+  opcall c = {.op = O_ADD_SCALED, .f = {1.5f}};
+  c.p[0] = param(ctx, 2, (int64_t[]){2, 3}, a);
+  c.p[1] = param(ctx, 1, (int64_t[]){3}, b);
+  gradcheck(ctx, &c, 1e-2, 1e-3, "rg_add [2,3] with a scaled [3]"); /* linear: noise only */
+  close_ctx(ctx);
+}
 static void t_sub(void) { binary_all(O_SUB, "rg_sub"); }
 static void t_mul(void) { binary_all(O_MUL, "rg_mul"); }
 static void t_div(void) { binary_all(O_DIV, "rg_div"); }
@@ -1138,6 +1170,22 @@ static void t_linear_act(void) {
     }
   dgelu_case(0);
   dgelu_case(1);
+  /* the fused pair by finite differences: GELU's derivative made by the next layer's dx
+     GEMM (MATMUL_DGELU) */
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  float x[12], w1[20], b1[5], w2[10];
+  fill(x, 12, -1, 1);
+  fill(w1, 20, -1, 1);
+  fill(b1, 5, -1, 1);
+  fill(w2, 10, -1, 1);
+  opcall c = {.op = O_GELU_MLP};
+  c.p[0] = param(ctx, 2, (int64_t[]){3, 4}, x);
+  c.p[1] = param(ctx, 2, (int64_t[]){5, 4}, w1);
+  c.p[2] = param(ctx, 1, (int64_t[]){5}, b1);
+  c.p[3] = param(ctx, 2, (int64_t[]){2, 5}, w2);
+  gradcheck(ctx, &c, 1e-2, 1e-3, "rg_linear of rg_linear_act gelu, gradient");
+  close_ctx(ctx);
 }
 
 static void t_linear(void) {
@@ -1365,6 +1413,21 @@ static void add_norm_case(void) {
           "the separate add and layernorm", what[i]);
   CHECK(nodes[1] == nodes[0] + 2, "add+layernorm: %llu nodes fused, %llu apart; want 2 more",
         (unsigned long long)nodes[0], (unsigned long long)nodes[1]);
+  /* and the fused node's gradient by finite differences, through a, b, gamma and beta */
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  float a[12], b[12], g[4], be[4];
+  fill(a, 12, -2, 2);
+  fill(b, 12, -2, 2);
+  fill(g, 4, 0.5, 1.5);
+  fill(be, 4, -1, 1);
+  opcall c = {.op = O_ADD_LAYERNORM, .f = {1e-5f}};
+  c.p[0] = param(ctx, 2, (int64_t[]){3, 4}, a);
+  c.p[1] = param(ctx, 2, (int64_t[]){3, 4}, b);
+  c.p[2] = param(ctx, 1, (int64_t[]){4}, g);
+  c.p[3] = param(ctx, 1, (int64_t[]){4}, be);
+  gradcheck(ctx, &c, 1e-2, 2e-3, "rg_layernorm of an rg_add (one node) gradient");
+  close_ctx(ctx);
 }
 
 static void t_layernorm(void) {
@@ -1862,6 +1925,9 @@ static void t_mse(void) {
     snprintf(what, sizeof what, "rg_mse %s", shp(sb, nds[s], shapes[s]));
     check_out(ctx, apply(ctx, &c), 0, NULL, &want, 2e-6, what); /* float sum of 24 squares */
     gradcheck(ctx, &c, 1e-2, 1e-3, what); /* quadratic: central differences are exact */
+    c.retain = 1; /* a retained loss: rg_backward's seed is then a FILL node */
+    snprintf(what, sizeof what, "rg_mse %s, the loss retained", shp(sb, nds[s], shapes[s]));
+    gradcheck(ctx, &c, 1e-2, 1e-3, what);
     close_ctx(ctx);
   }
   rg_ctx *ctx = open_ctx();
@@ -2421,7 +2487,17 @@ static void t_cast(void) {
     check_out(ctx, y, 2, (int64_t[]){2, 3}, yw, 0, "rg_cast F32->BF16->F32 values");
   }
   close_ctx(ctx);
-  g_grad = -1;
+  /* and by finite differences, with steps of 1/8 from multiples of 1/8 below 2: every
+     value the check casts is exact in BF16, so only the rounding of the two losses' float
+     sums (~1e-7 each) is left, over a step of 1/4 */
+  ctx = open_ctx();
+  if (!ctx) return;
+  float xe[12];
+  for (int i = 0; i < 12; i++) xe[i] = (float)((i * 7) % 25 - 12) * 0.125f;
+  opcall c = {.op = O_CAST, .i = {RG_BF16}};
+  c.p[0] = param(ctx, 2, (int64_t[]){3, 4}, xe);
+  gradcheck(ctx, &c, 0.125, 1e-5, "rg_cast F32->BF16->F32 gradient");
+  close_ctx(ctx);
 }
 
 static void t_detach(void) {
@@ -2678,32 +2754,57 @@ static void t_misuse(void) {
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-typedef struct test_case { const char *name; void (*fn)(void); } test_case;
+/* covers: the ops whose gradients the test checks by finite differences (covers.h). */
+typedef struct test_case { const char *name; void (*fn)(void); const rg_op *covers; } test_case;
 
 static const test_case tests[] = {
-    {"rg_add", t_add},         {"rg_sub", t_sub},
-    {"rg_mul", t_mul},         {"rg_div", t_div},
-    {"rg_scale", t_scale},     {"rg_pow", t_pow},
-    {"rg_neg", t_neg},         {"rg_exp", t_exp},
-    {"rg_log", t_log},         {"rg_sqrt", t_sqrt},
-    {"rg_relu", t_relu},       {"rg_gelu", t_gelu},
-    {"rg_silu", t_silu},       {"rg_sigmoid", t_sigmoid},
-    {"rg_tanh", t_tanh},       {"rg_clamp", t_clamp},
-    {"rg_sum", t_sum},         {"rg_mean", t_mean},
-    {"rg_max", t_max},         {"rg_argmax", t_argmax},
-    {"rg_softmax", t_softmax}, {"rg_log_softmax", t_log_softmax},
-    {"rg_matmul", t_matmul},   {"rg_linear", t_linear},
-    {"rg_linear_act", t_linear_act},
-    {"rg_layernorm", t_layernorm}, {"rg_rmsnorm", t_rmsnorm},
-    {"rg_embedding", t_embedding}, {"rg_attention", t_attention},
-    {"rg_attention_qkv", t_attention_qkv},
-    {"rg_cross_entropy", t_cross_entropy}, {"rg_cross_entropy_ignore", t_cross_entropy_ignore},
-    {"rg_mse", t_mse},         {"rg_reshape", t_reshape},
-    {"rg_transpose", t_transpose}, {"rg_permute", t_permute},
-    {"rg_slice", t_slice},     {"rg_concat", t_concat},
-    {"rg_dropout", t_dropout}, {"rg_cast", t_cast},
-    {"rg_detach", t_detach},   {"large shapes, 1 vs 2 threads", t_large},
-    {"misuse+recovery", t_misuse},
+    {"rg_add", t_add, RG_COVERS(RG_OP_ADD, RG_OP_SUM_TO, RG_OP_SUM_TO_ACC)},
+    {"rg_sub", t_sub, RG_COVERS(RG_OP_SUB)},
+    {"rg_mul", t_mul, RG_COVERS(RG_OP_MUL, RG_OP_ACCUM)},
+    {"rg_div", t_div, RG_COVERS(RG_OP_DIV)},
+    {"rg_scale", t_scale, RG_COVERS(RG_OP_SCALE)},
+    {"rg_pow", t_pow, RG_COVERS(RG_OP_POW)},
+    {"rg_neg", t_neg, RG_COVERS(RG_OP_NEG)},
+    {"rg_exp", t_exp, RG_COVERS(RG_OP_EXP)},
+    {"rg_log", t_log, RG_COVERS(RG_OP_LOG)},
+    {"rg_sqrt", t_sqrt, RG_COVERS(RG_OP_SQRT)},
+    {"rg_relu", t_relu, RG_COVERS(RG_OP_RELU, RG_OP_RELU_BWD)},
+    {"rg_gelu", t_gelu, RG_COVERS(RG_OP_GELU, RG_OP_GELU_BWD)},
+    {"rg_silu", t_silu, RG_COVERS(RG_OP_SILU, RG_OP_SILU_BWD)},
+    {"rg_sigmoid", t_sigmoid, RG_COVERS(RG_OP_SIGMOID, RG_OP_SIGMOID_BWD)},
+    {"rg_tanh", t_tanh, RG_COVERS(RG_OP_TANH, RG_OP_TANH_BWD)},
+    {"rg_clamp", t_clamp, RG_COVERS(RG_OP_CLAMP, RG_OP_CLAMP_BWD)},
+    {"rg_sum", t_sum, RG_COVERS(RG_OP_SUM, RG_OP_EXPAND)},
+    {"rg_mean", t_mean, RG_COVERS(RG_OP_MEAN)},
+    {"rg_max", t_max, RG_COVERS(RG_OP_MAX, RG_OP_MAX_BWD)},
+    {"rg_argmax", t_argmax, NULL},
+    {"rg_softmax", t_softmax, RG_COVERS(RG_OP_SOFTMAX, RG_OP_SOFTMAX_BWD)},
+    {"rg_log_softmax", t_log_softmax, RG_COVERS(RG_OP_LOG_SOFTMAX, RG_OP_LOG_SOFTMAX_BWD)},
+    {"rg_matmul", t_matmul, RG_COVERS(RG_OP_MATMUL)},
+    {"rg_linear", t_linear, RG_COVERS(RG_OP_LINEAR, RG_OP_MATMUL_ACC)},
+    {"rg_linear_act", t_linear_act, RG_COVERS(RG_OP_LINEAR_ACT, RG_OP_MATMUL_DGELU)},
+    {"rg_layernorm", t_layernorm,
+     RG_COVERS(RG_OP_LAYERNORM, RG_OP_ADD_LAYERNORM, RG_OP_LAYERNORM_BWD)},
+    {"rg_rmsnorm", t_rmsnorm, RG_COVERS(RG_OP_RMSNORM, RG_OP_RMSNORM_BWD)},
+    {"rg_embedding", t_embedding, RG_COVERS(RG_OP_EMBEDDING, RG_OP_EMBEDDING_BWD)},
+    {"rg_attention", t_attention, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+    {"rg_attention_qkv", t_attention_qkv,
+     RG_COVERS(RG_OP_ATTENTION_QKV, RG_OP_ATTENTION_QKV_BWD)},
+    {"rg_cross_entropy", t_cross_entropy,
+     RG_COVERS(RG_OP_CROSS_ENTROPY, RG_OP_CROSS_ENTROPY_BWD)},
+    {"rg_cross_entropy_ignore", t_cross_entropy_ignore,
+     RG_COVERS(RG_OP_CROSS_ENTROPY, RG_OP_CROSS_ENTROPY_BWD)},
+    {"rg_mse", t_mse, RG_COVERS(RG_OP_MSE, RG_OP_FILL)},
+    {"rg_reshape", t_reshape, RG_COVERS(RG_OP_COPY)},
+    {"rg_transpose", t_transpose, RG_COVERS(RG_OP_PERMUTE)},
+    {"rg_permute", t_permute, RG_COVERS(RG_OP_PERMUTE)},
+    {"rg_slice", t_slice, RG_COVERS(RG_OP_SLICE, RG_OP_SLICE_BWD)},
+    {"rg_concat", t_concat, RG_COVERS(RG_OP_CONCAT)},
+    {"rg_dropout", t_dropout, RG_COVERS(RG_OP_DROPOUT)},
+    {"rg_cast", t_cast, RG_COVERS(RG_OP_CAST)},
+    {"rg_detach", t_detach, NULL},
+    {"large shapes, 1 vs 2 threads", t_large, NULL},
+    {"misuse+recovery", t_misuse, NULL},
 };
 
 /* Runs test i, prints its line; returns 1 if it failed. */
@@ -2712,7 +2813,11 @@ static int run_one(int i) {
   g_fwd = 0;
   g_grad = 0;
   g_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(i + 1) * 0x100000001B3ull;
+  memset(g_seen, 0, sizeof g_seen);
   tests[i].fn();
+  rg_op miss = covers_missing(tests[i].covers, g_seen);
+  CHECK(miss == RG_OP_COUNT, "%s: its RG_COVERS list has op %s, which none of its gradient "
+        "checks reached", tests[i].name, miss < RG_OP_COUNT ? rg_optab[miss].kernel : "");
   int bad = test_failures_ != before;
   char gbuf[32];
   if (g_grad < 0) snprintf(gbuf, sizeof gbuf, "-");

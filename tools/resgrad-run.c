@@ -24,13 +24,13 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "free_port.h"
+
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -83,21 +83,6 @@ static double number(const char *s, double lo, double hi) {
   errno = 0;
   double x = s && *s ? strtod(s, &end) : -1;
   return s && *s && !*end && !errno && x >= lo && x <= hi ? x : -1;
-}
-
-/* A port nobody listens on now: the kernel's choice for a socket bound to port 0. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &len))
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
 }
 
 /* The child: the rank's environment, then PROGRAM. */

@@ -211,18 +211,17 @@ static rg_shape grad_shape(rg_ctx *ctx, uint32_t ref) {
 }
 
 /* The one exception to F32 gradients, which saves a pass over memory and half the
-   bytes: the gradient of a BF16 product's result (MATMUL, LINEAR,
-   LINEAR_ACT), which that product's rule rounds to BF16 for its gradient products
-   anyway (as_factors), is written BF16 by the node that makes it (CROSS_ENTROPY_BWD,
-   the attention backward ops, LINEAR_ACT's act'), unless rg_retain_grad asked for it.
-   The bias gradient then sums the rounded values, as autocast's does; another
-   contribution to the same gradient is added in F32 (rg_add widens). */
+   bytes: the gradient of a BF16 product's result (an RG_F_PRODUCT op's out[0]), which
+   that product's rule rounds to BF16 for its gradient products anyway (as_factors), is
+   written BF16 by the node that makes it (CROSS_ENTROPY_BWD, the attention backward
+   ops, LINEAR_ACT's act'), unless rg_retain_grad asked for it. The bias gradient then
+   sums the rounded values, as autocast's does; another contribution to the same
+   gradient is added in F32 (rg_add widens). */
 static bool bf16_grad(rg_ctx *ctx, uint32_t x) {
   rg_tinfo *t = rg__t(ctx, x);
   if (t->dtype != RG_BF16 || (t->flags & RG_T_RETAIN) || !t->node) return false;
   const rg_node *p = &ctx->nodes[t->node - 1];
-  return (p->op == RG_OP_MATMUL || p->op == RG_OP_LINEAR || p->op == RG_OP_LINEAR_ACT) &&
-         p->out[0] == x;
+  return (rg_optab[p->op].flags & RG_F_PRODUCT) && p->out[0] == x;
 }
 static rg_shape grad_of(rg_ctx *ctx, uint32_t x) {
   rg_shape s = grad_shape(ctx, x);
@@ -416,7 +415,11 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
   case RG_OP_CAST: /* passed on: F32 on both sides of a float cast */
     gin[0] = rg__t(ctx, g)->dtype == RG_F32 ? g : R(rg_cast(ctx, H(g), RG_F32));
     break;
-  default: break; /* no gradient (argmax, uploads, backward and in-place ops) */
+  default: /* not RG_F_DIFF (ops.h): stopping here would leave gradients missing */
+    rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss depends on the result of %s, "
+             "which has no gradient; rg_detach that result where no gradient should pass",
+             rg_optab[n->op].name);
+    break;
   }
 }
 
@@ -441,10 +444,10 @@ static void drop(rg_ctx *ctx, uint32_t g, uint32_t first) {
    hold gi as their gradient only until this rule is done (the node's own outputs, when
    its rule passes their gradient through: a CAST to BF16 hands its F32 gradient on to
    the weight it was cast from); no other may hold it.
-   A norm's dgamma (dbeta) is its backward node's output 1 (2): the node takes pg as its
-   input 3 (4) and adds into it (ops.h), so a layernorm's parameters cost no ACCUM (18 of
-   gpt-char's ~280 nodes a step were these). Folding here rather than in the rule keeps
-   one set of conditions for every fold. No producer may read pg itself: it would add into
+   A norm's dgamma (dbeta) is its backward node's output 1 (2): the node (RG_F_FOLDS)
+   takes pg as its input 3 (4) and adds into it (ops.h), so a layernorm's parameters cost
+   no ACCUM (18 of gpt-char's ~280 nodes a step were these). Folding here rather than in
+   the rule keeps one set of conditions for every fold. No producer may read pg itself: it would add into
    what it reads (gamma and beta one tensor: two adds at once, racing on CUDA). */
 static bool fold_into_producer(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t first,
                                uint32_t holders) {
@@ -457,8 +460,7 @@ static bool fold_into_producer(rg_ctx *ctx, uint32_t pg, uint32_t gi, uint32_t f
   if (j == n->nout || reads(n, pg)) return false;
   for (size_t k = t->node; k < ctx->n_nodes; k++)
     if (reads(&ctx->nodes[k], gi) || reads(&ctx->nodes[k], pg)) return false;
-  bool norm = n->op == RG_OP_LAYERNORM_BWD || n->op == RG_OP_RMSNORM_BWD;
-  if (norm && j > 0) {
+  if ((rg_optab[n->op].flags & RG_F_FOLDS) && j > 0) {
     n->in[2 + j] = pg, n->out[j] = 0;
     t->node = 0;
     return true;
@@ -490,9 +492,7 @@ static bool fold_sum(rg_ctx *ctx, uint32_t old, uint32_t gi, uint32_t first) {
       t->dtype != RG_F32 || !same_shape(rg__shape(ctx, old), rg__shape(ctx, gi)))
     return false;
   rg_node *n = &ctx->nodes[t->node - 1];
-  if ((n->op != RG_OP_LAYERNORM_BWD && n->op != RG_OP_RMSNORM_BWD) || n->out[0] != gi ||
-      n->in[5])
-    return false;
+  if (!(rg_optab[n->op].flags & RG_F_FOLDS) || n->out[0] != gi || n->in[5]) return false;
   for (size_t k = t->node; k < ctx->n_nodes; k++)
     if (reads(&ctx->nodes[k], gi)) return false;
   n->in[5] = old;
@@ -671,7 +671,7 @@ rg_status rg_zero_grad(rg_ctx *ctx) {
   if (!ctx) return RG_ERR_MISUSE;
   if (!ctx->nparams) return RG_OK;
   rg_node *n = ctx->n_nodes > ctx->q_head ? &ctx->nodes[ctx->n_nodes - 1] : NULL;
-  const rg_optim *o = n && (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) ? n->aux : NULL;
+  const rg_optim *o = n && (rg_optab[n->op].flags & RG_F_OPTIM) ? n->aux : NULL;
   if (o && o->grads.n == ctx->zero_list.n &&
       !memcmp(o->grads.ref, ctx->zero_list.ref, sizeof(uint32_t) * (size_t)o->grads.n)) {
     n->i[0] = 1;

@@ -410,18 +410,13 @@ static rg_status join(rg_dist *d, const char *host, const char *port, hdr *mine,
 }
 
 /* FNV-1a over the parameters' names, dtypes and shapes. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 static uint64_t fingerprint(rg_ctx *ctx) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = RG_FNV_START;
   for (int i = 0; i < ctx->nparams; i++) {
     const rg_tinfo *t = rg__t(ctx, ctx->prefs[i]);
-    h = fnv(h, ctx->pnames[i], strlen(ctx->pnames[i]) + 1);
-    h = fnv(h, &t->dtype, 1);
-    h = fnv(h, t->dims, sizeof(int64_t) * t->ndim);
+    h = rg__fnv1a(h, ctx->pnames[i], strlen(ctx->pnames[i]) + 1);
+    h = rg__fnv1a(h, &t->dtype, 1);
+    h = rg__fnv1a(h, t->dims, sizeof(int64_t) * t->ndim);
   }
   return h;
 }

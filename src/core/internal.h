@@ -33,8 +33,8 @@ enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD
    and gradient, so gradients of it go straight to the parameter's. RG_T_FRESH (on a
    shadow): the queue, as recorded, leaves it equal to its parameter rounded, because a
    cast into it or an optimizer step that writes it was recorded after the parameter's
-   last change (ops.c, optim.c); cleared by rg_write and rg_load of the parameter and by
-   a drain that fails (its later nodes never run). */
+   last change (shadow.c, optim.c); cleared by rg_write and rg_load of the parameter and
+   by a drain that fails (its later nodes never run). */
 enum { RG_N_GRAD = 1 };                 /* rg_node.flags: on the tape */
 
 typedef struct rg_tinfo {
@@ -208,13 +208,15 @@ typedef struct rg_backend {
   /* rg_device_memory: the device's free and total bytes, for the context's device (set by
      open or probe). Sets the sticky error on failure. */
   rg_status (*meminfo)(rg_ctx *ctx, size_t *available, size_t *total);
+  /* 1 if the device is usable here, so that RG_DEVICE_AUTO takes this backend; touches no
+     context. NULL: never taken by RG_DEVICE_AUTO. */
+  int (*available)(void);
 } rg_backend;
 #define RG_DIST_ID 128 /* bytes of a group's name (NCCL's unique id) */
 
 extern const rg_backend rg_cpu_backend;
 extern const rg_backend rg_cuda_backend; /* the stub answers RG_ERR_UNSUPPORTED */
 extern const rg_backend rg_dry_backend;  /* rg_options.dry_run (dry.c) */
-int rg_cuda_available(void);             /* 1 if a usable GPU is present */
 /* RG_ERR_UNSUPPORTED for call, which needs values a dry-run context does not have. */
 rg_status rg__dry_refuse(rg_ctx *ctx, const char *call);
 
@@ -265,7 +267,7 @@ struct rg_ctx {
   uint64_t alloc_count, alloc_fail_at;
 };
 
-/* --- memory: every host allocation goes through these (failure injection) --- */
+/* --- memory (alloc.c): every host allocation goes through these (failure injection) --- */
 bool rg__alloc_tick(rg_ctx *ctx); /* counts an allocation; false = inject a failure */
 void *rg__malloc(rg_ctx *ctx, size_t n);
 void *rg__calloc(rg_ctx *ctx, size_t n, size_t size);
@@ -275,10 +277,13 @@ char *rg__strdup(rg_ctx *ctx, const char *s);
 /* Grows *arr (element size esz) to hold at least need elements. */
 bool rg__grow(rg_ctx *ctx, void **arr, size_t esz, size_t need, size_t *cap);
 
-/* --- errors --- */
+/* --- errors (error.c) --- */
 /* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
 rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt, ...);
-const char *rg__label_str(rg_ctx *ctx, uint32_t label);
+/* The path of an interned label (label.c); "" for 0 or an id the context never made. */
+static inline const char *rg__label_str(const rg_ctx *ctx, uint32_t label) {
+  return label < ctx->nlabels ? ctx->labels[label] : "";
+}
 
 /* --- tensors --- */
 static inline rg_pool_s *rg__poolof(rg_ctx *c, uint32_t ref) { return &c->pool[ref >> 31]; }
@@ -299,10 +304,19 @@ int64_t rg__nonfinite(const void *p, int dtype, int64_t n, float *v);
 static inline const char *rg__nonfinite_name(float v) {
   return v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf";
 }
-/* Parameters' BF16 shadows (optim.c; see RG_T_SHADOW). */
+/* Parameters' BF16 shadows (see RG_T_SHADOW): the shadow, made and cast as needed
+   (shadow.c); marking one, or all, not fresh (param.c). */
 uint32_t rg__shadow(rg_ctx *ctx, uint32_t param);
 void rg__shadow_stale(rg_ctx *ctx, uint32_t param);
 void rg__shadows_stale(rg_ctx *ctx);
+void rg__free_params(rg_ctx *ctx); /* the names and tables of every parameter (param.c) */
+/* Counts one transfer of bytes in a total of ctx->st and in its call site's entry. */
+static inline void rg__count_xfer(rg_xfer *total, rg_xfer *site, size_t bytes) {
+  total->count++;
+  total->bytes += bytes;
+  site->count++;
+  site->bytes += bytes;
+}
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *out);
 
 /* A tensor's type and shape; ndim < 0 means "no tensor" (an unwanted output). */
@@ -329,10 +343,12 @@ typedef struct rg_opinfo {
   const char *name;   /* the call that records it, for messages (shared by some ops) */
   int nin, nout;
   const char *kernel; /* the op's own name (ops.h's lower-case column) */
+  unsigned flags;     /* RG_F_* (ops.h) */
 } rg_opinfo;
 extern const rg_opinfo rg_optab[RG_OP_COUNT];
 /* Records backward for node n given output gradients g[] (refs, 0 = none); writes input
-   gradients to gin[] (refs, 0 = none). */
+   gradients to gin[] (refs, 0 = none). An op without a rule (not RG_F_DIFF) sets the
+   error instead: RG_ERR_MISUSE, naming the op. */
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
 
 /* --- distributed training (dist.c) --- */
@@ -363,9 +379,16 @@ rg_status rg__dist_fail(rg_ctx *ctx, rg_status st, char *msg, size_t msgcap, con
 #endif
     ;
 
-/* --- arenas --- */
+/* --- arenas (arena.c) and views --- */
+/* The bytes an arena gives a request of n: n rounded up to RG_ALIGN. */
+static inline size_t rg__align_up(size_t n) {
+  return (n + RG_ALIGN - 1) & ~(size_t)(RG_ALIGN - 1);
+}
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);
 void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
+/* The smallest released range that holds need bytes (the lowest offset among equals),
+   cut from its front, with its offset in *off; NULL if none fits. */
+void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
 /* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
    no handle outside the core can reach and whose readers were all recorded already
    (execution follows recording order, so the reuse is safe). */
@@ -379,8 +402,7 @@ uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call);
 uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
-void rg_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
-float rg_philox_uniform(uint64_t seed, uint64_t step, uint64_t index);
+#include "philox.h"
 
 /* --- bf16 --- */
 static inline uint16_t rg_f32_to_bf16(float f) {
@@ -393,5 +415,19 @@ static inline float rg_bf16_to_f32(uint16_t h) {
   union { uint32_t u; float f; } v = {(uint32_t)h << 16};
   return v.f;
 }
+
+/* --- hashing: 64-bit FNV-1a, for fingerprints that only this build compares --- */
+/* Every hash's first h. It is a digit short of FNV's published offset basis
+   (14695981039346656037); any constant serves a hash compared only within one build. */
+#define RG_FNV_START 1469598103934665603ull
+#define RG_FNV_PRIME 0x100000001b3ull
+/* h with the n bytes at p mixed in, one byte at a time. */
+static inline uint64_t rg__fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * RG_FNV_PRIME;
+  return h;
+}
+/* h with the word v mixed in as one unit (the same step over 64 bits at once). */
+static inline uint64_t rg__fnv1a_u64(uint64_t h, uint64_t v) { return (h ^ v) * RG_FNV_PRIME; }
 
 #endif

@@ -13,7 +13,7 @@
 #include <string.h>
 
 const rg_opinfo rg_optab[RG_OP_COUNT] = {
-#define RG_OP_ROW(E, n, s, ni, no) [RG_OP_##E] = {s, ni, no, #n},
+#define RG_OP_ROW(E, n, s, ni, no, fl) [RG_OP_##E] = {s, ni, no, #n, fl},
     RG_OPS(RG_OP_ROW)
 #undef RG_OP_ROW
 };

@@ -1,15 +1,43 @@
 /*
  * ops.h - the op table's spine: one row per op, in one list.
  *
- * X(ENUM, name, "public name", nin, nout). Every table that must cover every op (the CPU
- * kernels, the CUDA kernels, the backward rules) is built from this list, so adding a row
- * forces a visit to each of them: a missing rg_cpu_<name> fails the link.
+ * X(ENUM, name, "public name", nin, nout, flags): the enum RG_OP_<ENUM>; the op's own
+ * name, which names its kernels rg_cpu_<name> and rg_cuda_<name>; the call that records
+ * it, for messages (several ops may share one; a backward op's is its forward's, primed);
+ * the number of input and output refs of its node; and the facts below, which the core,
+ * the backends and the tests read from the table (rg_optab, internal.h) rather than from
+ * lists of ops of their own. The kernel tables are built from this list, so a row
+ * without an rg_cpu_<name> fails the link; tests/test_optable.c fails for a row whose
+ * backward rule, gradient check or CUDA parity case is missing.
+ *
+ * Flags:
+ *  RG_F_DIFF    rg_backward passes gradients through it: autograd.c has its rule. An op
+ *               without one, reached by rg_backward on a path to the loss, fails it, naming
+ *               the op.
+ *  RG_F_BWD     recorded only by rg_backward, which differentiates none of its own nodes:
+ *               it is checked by the gradient checks of the ops whose rules record it.
+ *  RG_F_BF16    its kernels take BF16 tensors as stored (element moves, casts, optimizer
+ *               steps); a backend whose kernels compute in F32 runs every other op that has
+ *               a BF16 tensor on widened copies (the CPU's, backend.c).
+ *  RG_F_PRODUCT a matrix product whose rule hands its factors the result's gradient in
+ *               their dtype (BF16 factors: rounded), so rg_backward has that gradient made
+ *               BF16 in the first place (autograd.c's bf16_grad).
+ *  RG_F_ACC     adds its result into in[0], a gradient, with ACCUM's float add.
+ *  RG_F_FOLDS   a norm's backward, laid out as LAYERNORM_BWD (below): it adds out[1] and
+ *               out[2] into in[3] and in[4] and in[5] into out[0] where those are given,
+ *               so rg_backward folds gradient adds into it (autograd.c).
+ *  RG_F_LIST    aux is an rg_list of the tensors it reads and writes in place.
+ *  RG_F_OPTIM   aux is an rg_optim: the parameters, gradients and moments it updates.
+ *  RG_F_COMM    exchanges the tensors of its aux with the other ranks (ctx->dist); a backend
+ *               may run it beside the rest of the drain, and then a node that touches
+ *               tensors through its aux (RG_F_LIST, RG_F_OPTIM) waits for it first.
+ * An op with nout = 0 changes tensors in place and makes none.
  *
  * Node fields per op (n->i[], n->f[] are the baked scalars; inputs in order; "opt" means
  * the input ref may be 0 = absent). Shapes are validated at record time; kernels trust
  * them. All float tensors are F32 unless the row says otherwise; the core records BF16
- * only where a row allows it (the CPU's kernels are F32 only: its backend runs a node
- * with BF16 tensors on widened copies, backend.c).
+ * only where a row allows it (the CPU's kernels compute in F32: its backend runs a node
+ * with BF16 tensors on widened copies unless the op is RG_F_BF16, backend.c).
  *
  *  UPLOAD    0 in, out: copy i[1] bytes from aux (host staging) into out at byte i[0].
  *  FILL      0 in, out: every element = f[0].
@@ -132,78 +160,91 @@
 #ifndef RG_OPS_H
 #define RG_OPS_H
 
-#define RG_OPS(X)                                             \
-  X(UPLOAD, upload, "rg_input", 0, 1)                         \
-  X(FILL, fill, "rg_fill", 0, 1)                              \
-  X(ADD, add, "rg_add", 2, 1)                                 \
-  X(SUB, sub, "rg_sub", 2, 1)                                 \
-  X(MUL, mul, "rg_mul", 2, 1)                                 \
-  X(DIV, div, "rg_div", 2, 1)                                 \
-  X(SCALE, scale, "rg_scale", 1, 1)                           \
-  X(POW, pow, "rg_pow", 1, 1)                                 \
-  X(CLAMP, clamp, "rg_clamp", 1, 1)                           \
-  X(NEG, neg, "rg_neg", 1, 1)                                 \
-  X(EXP, exp, "rg_exp", 1, 1)                                 \
-  X(LOG, log, "rg_log", 1, 1)                                 \
-  X(SQRT, sqrt, "rg_sqrt", 1, 1)                              \
-  X(RELU, relu, "rg_relu", 1, 1)                              \
-  X(GELU, gelu, "rg_gelu", 1, 1)                              \
-  X(SILU, silu, "rg_silu", 1, 1)                              \
-  X(SIGMOID, sigmoid, "rg_sigmoid", 1, 1)                     \
-  X(TANH, tanh, "rg_tanh", 1, 1)                              \
-  X(SUM, sum, "rg_sum", 1, 1)                                 \
-  X(MEAN, mean, "rg_mean", 1, 1)                              \
-  X(MAX, max, "rg_max", 1, 1)                                 \
-  X(ARGMAX, argmax, "rg_argmax", 1, 1)                        \
-  X(SUM_TO, sum_to, "rg_sum_to", 1, 1)                        \
-  X(EXPAND, expand, "rg_expand", 1, 1)                        \
-  X(SOFTMAX, softmax, "rg_softmax", 1, 1)                     \
-  X(LOG_SOFTMAX, log_softmax, "rg_log_softmax", 1, 1)         \
-  X(MATMUL, matmul, "rg_matmul", 2, 1)                        \
-  X(LINEAR, linear, "rg_linear", 3, 1)                        \
-  X(LINEAR_ACT, linear_act, "rg_linear_act", 3, 2)            \
-  X(LAYERNORM, layernorm, "rg_layernorm", 3, 1)               \
-  X(ADD_LAYERNORM, add_layernorm, "rg_layernorm", 4, 2)       \
-  X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1)                     \
-  X(EMBEDDING, embedding, "rg_embedding", 2, 1)               \
-  X(ATTENTION, attention, "rg_attention", 3, 2)               \
-  X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2)   \
-  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 3, 3)   \
-  X(MSE, mse, "rg_mse", 2, 1)                                 \
-  X(COPY, copy, "rg_copy", 1, 1)                              \
-  X(PERMUTE, permute, "rg_permute", 1, 1)                     \
-  X(SLICE, slice, "rg_slice", 1, 1)                           \
-  X(CONCAT, concat, "rg_concat", 2, 1)                        \
-  X(DROPOUT, dropout, "rg_dropout", 2, 1)                     \
-  X(CAST, cast, "rg_cast", 1, 1)                              \
-  X(RELU_BWD, relu_bwd, "rg_relu'", 2, 1)                     \
-  X(GELU_BWD, gelu_bwd, "rg_gelu'", 2, 1)                     \
-  X(MATMUL_DGELU, matmul_dgelu, "rg_gelu'", 3, 1)             \
-  X(SILU_BWD, silu_bwd, "rg_silu'", 2, 1)                     \
-  X(SIGMOID_BWD, sigmoid_bwd, "rg_sigmoid'", 2, 1)            \
-  X(TANH_BWD, tanh_bwd, "rg_tanh'", 2, 1)                     \
-  X(CLAMP_BWD, clamp_bwd, "rg_clamp'", 2, 1)                  \
-  X(MAX_BWD, max_bwd, "rg_max'", 2, 1)                        \
-  X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1)            \
-  X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1)\
-  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 4)      \
-  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 6, 2)            \
-  X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1)      \
-  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3)      \
-  X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1) \
-  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1) \
-  X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1)                  \
-  X(ACCUM, accum, "rg_backward", 2, 0)                        \
-  X(MATMUL_ACC, matmul_acc, "rg_backward", 4, 0)              \
-  X(SUM_TO_ACC, sum_to_acc, "rg_backward", 2, 0)              \
-  X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0)               \
-  X(CLIP, clip, "rg_clip_grad_norm", 1, 0)                    \
-  X(ADAMW, adamw, "rg_optim_step", 1, 0)                      \
-  X(SGD, sgd, "rg_optim_step", 1, 0)                          \
-  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0)
+/* The flags column (see the top). */
+enum {
+  RG_F_DIFF = 1 << 0,
+  RG_F_BWD = 1 << 1,
+  RG_F_BF16 = 1 << 2,
+  RG_F_PRODUCT = 1 << 3,
+  RG_F_ACC = 1 << 4,
+  RG_F_LIST = 1 << 5,
+  RG_F_OPTIM = 1 << 6,
+  RG_F_COMM = 1 << 7,
+  RG_F_FOLDS = 1 << 8
+};
+
+#define RG_OPS(X)                                                               \
+  X(UPLOAD, upload, "rg_input", 0, 1,                RG_F_BF16)                 \
+  X(FILL, fill, "rg_fill", 0, 1,                     RG_F_BWD | RG_F_BF16)      \
+  X(ADD, add, "rg_add", 2, 1,                        RG_F_DIFF)                 \
+  X(SUB, sub, "rg_sub", 2, 1,                        RG_F_DIFF)                 \
+  X(MUL, mul, "rg_mul", 2, 1,                        RG_F_DIFF)                 \
+  X(DIV, div, "rg_div", 2, 1,                        RG_F_DIFF)                 \
+  X(SCALE, scale, "rg_scale", 1, 1,                  RG_F_DIFF)                 \
+  X(POW, pow, "rg_pow", 1, 1,                        RG_F_DIFF)                 \
+  X(CLAMP, clamp, "rg_clamp", 1, 1,                  RG_F_DIFF)                 \
+  X(NEG, neg, "rg_neg", 1, 1,                        RG_F_DIFF)                 \
+  X(EXP, exp, "rg_exp", 1, 1,                        RG_F_DIFF)                 \
+  X(LOG, log, "rg_log", 1, 1,                        RG_F_DIFF)                 \
+  X(SQRT, sqrt, "rg_sqrt", 1, 1,                     RG_F_DIFF)                 \
+  X(RELU, relu, "rg_relu", 1, 1,                     RG_F_DIFF)                 \
+  X(GELU, gelu, "rg_gelu", 1, 1,                     RG_F_DIFF)                 \
+  X(SILU, silu, "rg_silu", 1, 1,                     RG_F_DIFF)                 \
+  X(SIGMOID, sigmoid, "rg_sigmoid", 1, 1,            RG_F_DIFF)                 \
+  X(TANH, tanh, "rg_tanh", 1, 1,                     RG_F_DIFF)                 \
+  X(SUM, sum, "rg_sum", 1, 1,                        RG_F_DIFF)                 \
+  X(MEAN, mean, "rg_mean", 1, 1,                     RG_F_DIFF)                 \
+  X(MAX, max, "rg_max", 1, 1,                        RG_F_DIFF)                 \
+  X(ARGMAX, argmax, "rg_argmax", 1, 1,               0)                         \
+  X(SUM_TO, sum_to, "rg_sum_to", 1, 1,               RG_F_DIFF | RG_F_BWD)      \
+  X(EXPAND, expand, "rg_expand", 1, 1,               RG_F_DIFF | RG_F_BWD)      \
+  X(SOFTMAX, softmax, "rg_softmax", 1, 1,            RG_F_DIFF)                 \
+  X(LOG_SOFTMAX, log_softmax, "rg_log_softmax", 1, 1, RG_F_DIFF)                \
+  X(MATMUL, matmul, "rg_matmul", 2, 1,               RG_F_DIFF | RG_F_PRODUCT)  \
+  X(LINEAR, linear, "rg_linear", 3, 1,               RG_F_DIFF | RG_F_PRODUCT)  \
+  X(LINEAR_ACT, linear_act, "rg_linear_act", 3, 2,   RG_F_DIFF | RG_F_PRODUCT)  \
+  X(LAYERNORM, layernorm, "rg_layernorm", 3, 1,      RG_F_DIFF)                 \
+  X(ADD_LAYERNORM, add_layernorm, "rg_layernorm", 4, 2, RG_F_DIFF)              \
+  X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1,            RG_F_DIFF)                 \
+  X(EMBEDDING, embedding, "rg_embedding", 2, 1,      RG_F_DIFF)                 \
+  X(ATTENTION, attention, "rg_attention", 3, 2,      RG_F_DIFF)                 \
+  X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2, RG_F_DIFF)          \
+  X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 3, 3, RG_F_DIFF)          \
+  X(MSE, mse, "rg_mse", 2, 1,                        RG_F_DIFF)                 \
+  X(COPY, copy, "rg_copy", 1, 1,                     RG_F_DIFF | RG_F_BF16)     \
+  X(PERMUTE, permute, "rg_permute", 1, 1,            RG_F_DIFF | RG_F_BF16)     \
+  X(SLICE, slice, "rg_slice", 1, 1,                  RG_F_DIFF | RG_F_BF16)     \
+  X(CONCAT, concat, "rg_concat", 2, 1,               RG_F_DIFF | RG_F_BF16)     \
+  X(DROPOUT, dropout, "rg_dropout", 2, 1,            RG_F_DIFF)                 \
+  X(CAST, cast, "rg_cast", 1, 1,                     RG_F_DIFF | RG_F_BF16)     \
+  X(RELU_BWD, relu_bwd, "rg_relu'", 2, 1,            RG_F_BWD)                  \
+  X(GELU_BWD, gelu_bwd, "rg_gelu'", 2, 1,            RG_F_BWD)                  \
+  X(MATMUL_DGELU, matmul_dgelu, "rg_gelu'", 3, 1,    RG_F_BWD)                  \
+  X(SILU_BWD, silu_bwd, "rg_silu'", 2, 1,            RG_F_BWD)                  \
+  X(SIGMOID_BWD, sigmoid_bwd, "rg_sigmoid'", 2, 1,   RG_F_BWD)                  \
+  X(TANH_BWD, tanh_bwd, "rg_tanh'", 2, 1,            RG_F_BWD)                  \
+  X(CLAMP_BWD, clamp_bwd, "rg_clamp'", 2, 1,         RG_F_BWD)                  \
+  X(MAX_BWD, max_bwd, "rg_max'", 2, 1,               RG_F_BWD)                  \
+  X(SOFTMAX_BWD, softmax_bwd, "rg_softmax'", 2, 1,   RG_F_BWD)                  \
+  X(LOG_SOFTMAX_BWD, log_softmax_bwd, "rg_log_softmax'", 2, 1, RG_F_BWD)        \
+  X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 4, RG_F_BWD | RG_F_FOLDS) \
+  X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 6, 2,   RG_F_BWD | RG_F_FOLDS)     \
+  X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1, RG_F_BWD)              \
+  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3, RG_F_BWD)              \
+  X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1, RG_F_BWD)  \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1, RG_F_BWD)  \
+  X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1,         RG_F_BWD | RG_F_BF16)      \
+  X(ACCUM, accum, "rg_backward", 2, 0,               RG_F_BWD | RG_F_ACC)       \
+  X(MATMUL_ACC, matmul_acc, "rg_backward", 4, 0,     RG_F_BWD | RG_F_ACC)       \
+  X(SUM_TO_ACC, sum_to_acc, "rg_backward", 2, 0,     RG_F_BWD | RG_F_ACC)       \
+  X(ZERO_LIST, zero_list, "rg_zero_grad", 0, 0,      RG_F_BF16 | RG_F_LIST)     \
+  X(CLIP, clip, "rg_clip_grad_norm", 1, 0,           RG_F_BF16 | RG_F_LIST)     \
+  X(ADAMW, adamw, "rg_optim_step", 1, 0,             RG_F_BF16 | RG_F_OPTIM)    \
+  X(SGD, sgd, "rg_optim_step", 1, 0,                 RG_F_BF16 | RG_F_OPTIM)    \
+  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM)
 
 typedef enum rg_op {
-#define RG_OP_ENUM(E, n, s, ni, no) RG_OP_##E,
+#define RG_OP_ENUM(E, ...) RG_OP_##E,
   RG_OPS(RG_OP_ENUM)
 #undef RG_OP_ENUM
   RG_OP_COUNT

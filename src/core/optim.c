@@ -6,12 +6,10 @@
  * memory: changing the learning rate or counting steps never changes the recorded graph.
  * A non-finite gradient norm found by rg_clip_grad_norm makes the next update skip, with
  * weights, moments and the step count bit-identical. A step also rounds each updated
- * parameter into its BF16 shadow, if it has one (rg_options.bf16, ops.c), so the next
+ * parameter into its BF16 shadow, if it has one (rg_options.bf16, shadow.c), so the next
  * forward pass reads it without a cast.
  */
 #include "internal.h"
-
-#include <string.h>
 
 static rg_status new_state(rg_ctx *ctx, rg_list *l, int n, bool make) {
   l->ref = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *l->ref);
@@ -62,10 +60,7 @@ static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, 
     rg__free(ctx, o);
     return NULL;
   }
-  ctx->st.up.count++;
-  ctx->st.up.bytes += RG_H_COUNT * 4;
-  ctx->st.up_site[RG_SITE_OPTIM].count++;
-  ctx->st.up_site[RG_SITE_OPTIM].bytes += RG_H_COUNT * 4;
+  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_OPTIM], RG_H_COUNT * 4);
   o->next = ctx->optims;
   ctx->optims = o;
   return o;
@@ -116,47 +111,6 @@ rg_status rg_optim_step(rg_optim *o) {
   return st;
 }
 
-/* The parameter's shadow (created now if it has none: a persistent BF16 tensor that
-   stands for the parameter in gradients, see internal.h), and a recorded cast into it
-   unless it is fresh. Every optimizer over the parameter writes it from now on. */
-uint32_t rg__shadow(rg_ctx *ctx, uint32_t param) {
-  uint32_t s = rg__t(ctx, param)->shadow;
-  if (!s) {
-    rg_shape sh = rg__shape(ctx, param);
-    if (!(s = rg__new(ctx, RG_POOL_PERSISTENT, RG_BF16, sh.ndim, sh.dims, "autocast")))
-      return 0;
-    rg_tinfo *p = rg__t(ctx, param), *t = rg__t(ctx, s);
-    t->flags = RG_T_GRAD | RG_T_PARAM | RG_T_SHADOW;
-    t->grad = p->grad;
-    t->param = p->param;
-    p->shadow = s;
-    for (rg_optim *o = ctx->optims; o; o = o->next)
-      for (int i = 0; i < o->params.n; i++)
-        if (o->params.ref[i] == param && o->pgen == ctx->pool[RG_POOL_PERSISTENT].gen)
-          o->shadow.ref[i] = s;
-  }
-  if (rg__t(ctx, s)->flags & RG_T_FRESH) return s;
-  rg_node *n = rg__record(ctx, RG_OP_CAST);
-  if (!n) return 0;
-  n->in[0] = param;
-  n->out[0] = s;
-  if (rg__commit(ctx, n) != RG_OK) return 0;
-  rg__t(ctx, s)->flags |= RG_T_FRESH;
-  return s;
-}
-
-/* A parameter's value changed outside the queue (rg_write, rg_load): its shadow is not
-   its rounding any more. */
-void rg__shadow_stale(rg_ctx *ctx, uint32_t param) {
-  uint32_t s = rg__t(ctx, param)->shadow;
-  if (s) rg__t(ctx, s)->flags &= (uint8_t)~RG_T_FRESH;
-}
-
-/* After a failed drain (its later nodes never run), no shadow is known to be fresh. */
-void rg__shadows_stale(rg_ctx *ctx) {
-  for (int i = 0; i < ctx->nparams; i++) rg__shadow_stale(ctx, ctx->prefs[i]);
-}
-
 rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   rg_status st = usable(o, "rg_optim_set_lr");
   if (st != RG_OK) return st;
@@ -171,10 +125,7 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   n->i[0] = RG_H_LR * 4;
   n->i[1] = 4;
   n->aux = stage;
-  ctx->st.up.count++;
-  ctx->st.up.bytes += 4;
-  ctx->st.up_site[RG_SITE_OPTIM].count++;
-  ctx->st.up_site[RG_SITE_OPTIM].bytes += 4;
+  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_OPTIM], 4);
   return rg__commit(ctx, n);
 }
 
@@ -184,10 +135,7 @@ int64_t rg_optim_steps(rg_optim *o) {
   rg__drain(ctx, RG_DRAIN_READ);
   int32_t s = 0;
   if (ctx->be->download(ctx, &s, rg__t(ctx, o->step)->data, 4) != RG_OK) return -1;
-  ctx->st.down.count++;
-  ctx->st.down.bytes += 4;
-  ctx->st.down_site[RG_SITE_OPTIM].count++;
-  ctx->st.down_site[RG_SITE_OPTIM].bytes += 4;
+  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_OPTIM], 4);
   return s;
 }
 

@@ -181,7 +181,6 @@ static void reset_persistent(rg_ctx *ctx) {
   p->gen++;
   p->n = 0;
   p->bytes = 0;
-  void rg__free_params(rg_ctx *);
   rg__free_params(ctx);
   rg__free(ctx, ctx->zero_list.ref);
   ctx->zero_list.ref = NULL;

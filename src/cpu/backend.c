@@ -17,7 +17,7 @@
 
 typedef rg_status (*rg_cpu_fn)(rg_kargs *k);
 static const rg_cpu_fn kernels[] = {
-#define RG_CPU_ROW(E, n, s, ni, no) [RG_OP_##E] = rg_cpu_##n,
+#define RG_CPU_ROW(E, n, ...) [RG_OP_##E] = rg_cpu_##n,
     RG_OPS(RG_CPU_ROW)
 #undef RG_CPU_ROW
 };
@@ -119,17 +119,6 @@ static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
   return RG_OK;
 }
 
-/* Kernels that read and write BF16 themselves (raw element moves, casts, optimizers). */
-static bool dtype_aware(int op) {
-  switch (op) {
-  case RG_OP_UPLOAD: case RG_OP_FILL: case RG_OP_CAST: case RG_OP_COPY: case RG_OP_PERMUTE:
-  case RG_OP_SLICE: case RG_OP_CONCAT: case RG_OP_SLICE_BWD: case RG_OP_ZERO_LIST:
-  case RG_OP_CLIP: case RG_OP_ADAMW: case RG_OP_SGD: case RG_OP_ALLREDUCE:
-    return true;
-  default: return false;
-  }
-}
-
 /* Below this many elements a BF16 tensor is widened or rounded on the calling thread. */
 #define WIDEN_PAR_MIN 32768
 
@@ -201,7 +190,7 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
     k.msgcap = msgcap;
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
-    rg_status st = !dtype_aware(n->op) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
+    rg_status st = !(rg_optab[n->op].flags & RG_F_BF16) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
                                                         : kernels[n->op](&k);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);

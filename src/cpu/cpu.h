@@ -14,7 +14,7 @@
 
 #include "../core/internal.h"
 
-#define RG_CPU_DECL(E, n, s, ni, no) rg_status rg_cpu_##n(rg_kargs *k);
+#define RG_CPU_DECL(E, n, ...) rg_status rg_cpu_##n(rg_kargs *k);
 RG_OPS(RG_CPU_DECL)
 #undef RG_CPU_DECL
 

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Elements per parallel work item: large enough that a thread's start-up (~1 us) is
-   small against the work, small enough that a few cores share a 1 MB tensor. */
+/* Elements per parallel work item: large enough that starting a thread on one is cheap
+   against the work, small enough that a few cores share a 1 MB tensor. */
 #define EW_CHUNK 16384
 
 static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }

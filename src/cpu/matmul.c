@@ -23,11 +23,9 @@
 
 /* Register tile MR x NR: 12 vector accumulators, leaving a register each for the two B
    vectors and the broadcast A value out of the 16 that SSE2 and AVX provide. GCC and
-   Clang get explicit vectors because their auto-vectoriser handled the plain loop badly
-   (it ran several times slower at -O3 -march=native than at -O2); other compilers get
-   the plain loop, which sums in the same order. Measured on a 16-core Xeon host: about
-   18-22 GFLOP/s on one core (SSE2, -O2/-O3) and 130-190 GFLOP/s on 16 threads for
-   1024^3 to 2048^3 products. */
+   Clang get explicit vectors because their auto-vectoriser handles the plain loop badly,
+   and worse at higher optimisation levels; other compilers get the plain loop, which
+   sums in the same order. */
 #if defined(__GNUC__) || defined(__clang__)
 #define RG_GEMM_VEC 1
 #if defined(__AVX__)

@@ -85,7 +85,8 @@ static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const 
 static rg_cuda_state *state(rg_ctx *ctx) { return (rg_cuda_state *)ctx->be_state; }
 rg_cuda_launch *rg_cuda_launch_of(rg_ctx *ctx) { return &state(ctx)->L; }
 
-extern "C" int rg_cuda_available(void) {
+/* The backend's available: a usable GPU is present. */
+static int cuda_available(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -330,7 +331,7 @@ static rg_status cuda_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
 
 typedef rg_status (*rg_cuda_fn)(rg_kargs *k);
 static const rg_cuda_fn launchers[] = {
-#define RG_CUDA_ROW(E, n, s, ni, no) rg_cuda_##n,
+#define RG_CUDA_ROW(E, n, ...) rg_cuda_##n,
     RG_OPS(RG_CUDA_ROW)
 #undef RG_CUDA_ROW
 };
@@ -394,12 +395,10 @@ static rg_status clip_soft(rg_ctx *ctx, size_t first, size_t last, size_t *at, c
 
 /* ---- graph cache ------------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
-
 static uint64_t list_hash(rg_ctx *ctx, const rg_list *l, uint64_t h) {
   for (int i = 0; l && i < l->n; i++)
-    h = mix(h, l->ref[i] ? (uint64_t)(uintptr_t)rg__t(ctx, l->ref[i])->data : 0);
-  return mix(h, l ? (uint64_t)l->n : 0);
+    h = rg__fnv1a_u64(h, l->ref[i] ? (uint64_t)(uintptr_t)rg__t(ctx, l->ref[i])->data : 0);
+  return rg__fnv1a_u64(h, l ? (uint64_t)l->n : 0);
 }
 
 static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
@@ -419,17 +418,17 @@ static void sign(rg_ctx *ctx, const rg_node *n, nsig *g) {
   memcpy(g->i, n->i, sizeof g->i);
   memcpy(g->f, n->f, sizeof g->f);
   g->aux = n->aux;
-  if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP) {
-    g->aux_hash = list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull);
-  } else if (n->op == RG_OP_ALLREDUCE) { /* the graph names the communicator too */
-    g->aux_hash = mix(list_hash(ctx, (const rg_list *)n->aux, 1469598103934665603ull),
-                      state(ctx)->L.comm_epoch);
-  } else if (n->op == RG_OP_ADAMW || n->op == RG_OP_SGD) {
+  unsigned f = rg_optab[n->op].flags;
+  if (f & RG_F_LIST) {
+    g->aux_hash = list_hash(ctx, (const rg_list *)n->aux, RG_FNV_START);
+    if (f & RG_F_COMM) /* the graph names the communicator too */
+      g->aux_hash = rg__fnv1a_u64(g->aux_hash, state(ctx)->L.comm_epoch);
+  } else if (f & RG_F_OPTIM) {
     const rg_optim *o = (const rg_optim *)n->aux;
-    uint64_t h = list_hash(ctx, &o->params, 1469598103934665603ull);
+    uint64_t h = list_hash(ctx, &o->params, RG_FNV_START);
     h = list_hash(ctx, &o->grads, list_hash(ctx, &o->m, list_hash(ctx, &o->v, h)));
     h = list_hash(ctx, &o->shadow, h); /* a shadow made later changes the launch */
-    g->aux_hash = mix(mix(h, (uint64_t)(uintptr_t)rg__t(ctx, o->hyper)->data),
+    g->aux_hash = rg__fnv1a_u64(rg__fnv1a_u64(h, (uint64_t)(uintptr_t)rg__t(ctx, o->hyper)->data),
                       (uint64_t)(uintptr_t)rg__t(ctx, o->step)->data);
   }
 }
@@ -464,10 +463,9 @@ static void explain(rg_ctx *ctx, const gentry *prev, const nsig *cur, size_t n, 
   snprintf(r, cap, "%s: same as the previous drain (warm-up before capture)", what);
 }
 
-/* The cached entry of exactly this signature, or NULL. No hash first: a signature is
-   560 bytes a node (212 KB for gpt2-124m's 378 nodes), which memcmp reads in ~3 us,
-   stopping early at an entry that differs; a byte-by-byte FNV hash of it took 245 us (a
-   2-core Xeon; 89 us for gpt-char's 138 nodes), every step, while the GPU waited. */
+/* The cached entry of exactly this signature, or NULL. No hash first: memcmp reads a
+   signature (560 bytes a node) far faster than a byte-by-byte hash of it would be made,
+   and stops early at an entry that differs; the GPU waits for either, every step. */
 static gentry *lookup(rg_cuda_state *s, const nsig *g, size_t n) {
   for (int i = 0; i < GRAPH_CACHE; i++) {
     gentry *e = &s->cache[i];
@@ -514,9 +512,8 @@ static rg_status join_failed(cudaError_t e, size_t i, size_t *failed, char *msg,
    gradients are complete), or through a list (clipping, the optimizers, zero_grad).
    Other nodes, the rest of the backward pass, run beside them. */
 static bool needs_join(rg_ctx *ctx, const rg_node *n) {
-  if (n->op == RG_OP_ZERO_LIST || n->op == RG_OP_CLIP || n->op == RG_OP_ADAMW ||
-      n->op == RG_OP_SGD)
-    return true;
+  unsigned f = rg_optab[n->op].flags;
+  if ((f & (RG_F_LIST | RG_F_OPTIM)) && !(f & RG_F_COMM)) return true;
   for (int j = 0; j < n->nin + n->nout; j++) {
     uint32_t ref = j < n->nin ? n->in[j] : n->out[j - n->nin];
     if (ref && (rg__t(ctx, ref)->flags & RG_T_COMM)) return true;
@@ -725,4 +722,5 @@ extern "C" const rg_backend rg_cuda_backend = {
 #endif
     cuda_probe,
     cuda_meminfo,
+    cuda_available,
 };

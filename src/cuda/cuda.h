@@ -50,8 +50,8 @@ enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CU
 typedef struct rg_cuda_launch {
   cudaStream_t stream;
   rg_cuda_err *err;     /* device view of the error word */
-  /* 16 bytes of all ones (device): the cross-entropy forward's check word (nn.cu), which
-     its final kernel puts back, so it needs no kernel to set it before each use. */
+  /* 16 bytes of all ones (device): the cross-entropy forward's check word (losses.cu),
+     which its final kernel puts back, so it needs no kernel to set it before each use. */
   void *ce_check;
   int node;             /* index of the node being launched, within its drain */
   void *scratch;        /* RG_CUDA_SCRATCH bytes of device scratch, 256-aligned */
@@ -60,7 +60,7 @@ typedef struct rg_cuda_launch {
   void *lt_ws;          /* cuBLASLt workspace */
   size_t lt_ws_bytes;
   void *tune;           /* rg_options.gemm_tune: the algorithms chosen so far (matmul.cu) */
-  /* cuDNN's fused attention (attention.cu, dnn_att.c): its handle and plans (an rg_dnn,
+  /* cuDNN's fused attention (attention_dnn.cu, dnn_att.c): its handle and plans (an rg_dnn,
      opened at the first attention it may run; NULL before), and dnn_off: the context
      opted out (rg_options.no_cudnn) or cuDNN would not open, so resgrad's kernels run. */
   void *dnn;
@@ -119,7 +119,7 @@ void rg_cuda_dist_unissued(rg_ctx *ctx, size_t failed, size_t last, char *msg, s
 /* The launch context of the node being run (set by the backend before each launcher). */
 static inline rg_cuda_launch *rg_cuda_ctx(rg_kargs *k) { return (rg_cuda_launch *)k->be; }
 
-#define RG_CUDA_DECL(E, n, s, ni, no) rg_status rg_cuda_##n(rg_kargs *k);
+#define RG_CUDA_DECL(E, n, ...) rg_status rg_cuda_##n(rg_kargs *k);
 RG_OPS(RG_CUDA_DECL)
 #undef RG_CUDA_DECL
 
@@ -144,6 +144,10 @@ rg_status rg_cuda_check_launch(rg_kargs *k, const char *what);
 /* Writes k->msg "<op> is not implemented by the CUDA backend yet" and returns
    RG_ERR_UNSUPPORTED. */
 rg_status rg_cuda_unsupported(rg_kargs *k, const char *what);
+
+/* Writes k->msg that the launch needs `need` bytes of scratch, more than the backend has,
+   and returns RG_ERR_UNSUPPORTED. */
+rg_status rg_cuda_no_scratch(rg_kargs *k, size_t need);
 
 /* Records a fault in the error word (first one wins). */
 __device__ inline void rg_cuda_raise(rg_cuda_err *e, int code, int node, long long value,
@@ -256,6 +260,33 @@ static inline unsigned rg_cuda_blocks(int64_t n, int threads) {
   if (b < 1) b = 1;
   if (b > 65535 * 8) b = 65535 * 8;
   return (unsigned)b;
+}
+
+/* ---- what kernels share ------------------------------------------------------------------ */
+
+#define FULL 0xffffffffu /* every lane of a warp: the shuffles' mask */
+
+__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Butterfly sum: every lane ends with the same bits (each step adds a commutative pair). */
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets
+   the result, with the same bits. sh holds 32 doubles; the leading barrier makes
+   back-to-back calls safe. */
+__device__ __forceinline__ double block_sum(double v, double *sh) {
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) sh[wid] = v;
+  __syncthreads();
+  return warp_sum(lane < nw ? sh[lane] : 0.0);
 }
 
 /* Row-major strides of a view, and the "broadcast" strides of an input view aligned

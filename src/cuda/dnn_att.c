@@ -30,11 +30,11 @@
  * (or with dBias) it drops the accumulator and writes dQ = dS K straight into dQ, which
  * the engine runs as its "dP workspace" form: dS goes through the workspace and dQ is
  * an ordered GEMM. This file always builds that form, and on top of it skips any engine
- * configuration cuDNN flags CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC. Measured with cuDNN
- * 9.19 on an H200 (both forms run engine 6): at B=8, H=12, T=1024, D=64 causal the
- * accumulator form gave different dQ bits from run to run (0.158 ms, 24 MiB of
- * workspace), this form the same bits every time (0.183 ms, 192 MiB). At T <= 128 there
- * is one key block and both are reproducible. The workspace is B*H*T'^2 * 2 bytes, T' =
+ * configuration cuDNN flags CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC. The accumulator form
+ * gives different dQ bits from run to run wherever there are several key blocks, this
+ * form the same bits every time, at the cost of a larger workspace and a slower backward
+ * (both forms run the same engine). At T <= 128 there is one key block and both are
+ * reproducible. The workspace is B*H*T'^2 * 2 bytes, T' =
  * T rounded up to 128. (On Blackwell the frontend also pins engine 5 or 17 with fixed
  * knobs, and from cuDNN 9.25 it can opt in to an ordered-dQ knob on Hopper with a
  * workspace linear in T: neither is done here.)

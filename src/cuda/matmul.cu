@@ -98,19 +98,18 @@ static cublasStatus_t heuristic(const rg_cuda_launch *L, const lt_call *c, int n
 
 /* ---- the GEMM tuner (rg_options.gemm_tune) ------------------------------------------
    cuBLASLt's heuristic ranks algorithms by a model, not by the machine: at GPT-2's shapes
-   on an H200 its first pick was up to 10% slower than the fastest of its next seven
-   (lm-head forward 887 -> 799 us, qkv forward 51 -> 44 us, timed as below). With
+   its first pick can be slower than the fastest of its next seven. With
    gemm_tune, the first time a configuration runs outside a graph capture (a signature's
    first drain is always eager), each of the heuristic's best TUNE_CANDIDATES algorithms
    runs TUNE_REPS + 1 times on the real operands, timed by events, and the fastest is kept
    for the context's life: its graphs capture it. The timed launches write the real
    output, which the call proper then overwrites; matmul_acc's read the error word's
    {0, 1} scalars, so they leave the gradient as it was. Products below TUNE_MIN_MACS are
-   left to the heuristic (gemm_tune 1): at gpt-char's shapes (5-15 us a GEMM) a tuned step
-   measured slower, their times in a loop on warm caches saying little of their times in
-   a step. The choice rests on timings, so two runs may pick differently and their results
-   differ in the last bits (a tuned context is deterministic from then on). A
-   configuration met first inside a capture takes the heuristic's first, uncached. */
+   left to the heuristic (gemm_tune 1): at gpt-char's small shapes a tuned step was
+   slower, their times in a loop on warm caches saying little of their times in a step.
+   The choice rests on timings, so two runs may pick differently and their results differ
+   in the last bits (a tuned context is deterministic from then on). A configuration met
+   first inside a capture takes the heuristic's first, uncached. */
 #define TUNE_MIN_MACS ((double)(1ull << 32))
 #define TUNE_CANDIDATES 8
 #define TUNE_REPS 4
@@ -334,11 +333,10 @@ __global__ void transpose_k(const float *in, float *out, int64_t K, int64_t X) {
 }
 
 /* TF32 tensor cores want a K-contiguous operand: with both stored K-outer (a weight
-   gradient, a^T b over the rows) cuBLASLt runs at ~60% of its usual rate on an H200
-   (measured: 252 against 425 TFLOP/s at 4096 x 4096 x 2048). So the smaller of the two is
-   transposed into the scratch first, when it fits and the product is large enough (2^30
-   multiply-adds, ~5 us of tensor-core time) for the gain to outweigh the extra kernel: a
-   small product is launch-bound either way. 16-bit operands need none of this. */
+   gradient, a^T b over the rows) cuBLASLt runs well below its usual rate. So the smaller
+   of the two is transposed into the scratch first, when it fits and the product is large
+   enough (2^30 multiply-adds) for the gain to outweigh the extra kernel: a small product
+   is launch-bound either way. 16-bit operands need none of this. */
 #define KC_MIN_MACS ((double)(1 << 30))
 static rg_status k_contiguous(rg_kargs *k, gemm_args *g) {
   rg_cuda_launch *L = rg_cuda_ctx(k);

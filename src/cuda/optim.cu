@@ -37,7 +37,6 @@
 namespace { /* file-private: kernels and helpers (the launchers follow) */
 
 #define THREADS 256
-#define FULL 0xffffffffu
 /* Tensors per multi-tensor launch: GPT-2's ~150 parameters in 2 launches (5 at 32). The
    pack is one kernel argument (7.8 KB): since CUDA 12.1 a kernel's parameters may take
    32,764 bytes on Volta and newer (4,096 before; the backend is built for sm_90), with
@@ -49,8 +48,6 @@ namespace { /* file-private: kernels and helpers (the launchers follow) */
 #define MT_CHUNK 4096
 /* Scratch bytes reserved for a launcher's header before any per-block partials. */
 #define HDR_BYTES 256
-
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- element access ------------------------------------------------------------------------ */
 
@@ -178,21 +175,6 @@ __global__ void zero_k(mt_pack pk, const int *failed) {
 }
 
 /* ---- clip ------------------------------------------------------------------------------------ */
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-  return v;
-}
-
-__device__ double block_sum(double v, double *sh) {
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) sh[wid] = v;
-  __syncthreads();
-  return warp_sum(lane < nw ? sh[lane] : 0.0);
-}
 
 typedef struct clip_hdr {
   int apply;  /* 1: scale the gradients by coef */

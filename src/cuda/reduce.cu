@@ -30,7 +30,6 @@
 namespace { /* file-private: kernels and helpers (the launchers follow) */
 
 #define THREADS 256
-#define FULL 0xffffffffu
 /* Threads that share one output in the column kernels (blockDim.y). */
 #define COL_Y 8
 /* Outputs per 256-thread block in the row kernels (one warp each). */
@@ -52,30 +51,6 @@ span3 split_axis(const rg_tv *x, int64_t axis) {
   for (int64_t a = 0; a < axis; a++) s.outer *= x->dims[a];
   for (int64_t a = axis + 1; a < x->ndim; a++) s.inner *= x->dims[a];
   return s;
-}
-
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-/* ---- warp and block sums ------------------------------------------------------------------ */
-
-/* Butterfly sum: every lane ends with the same bits (each step adds a commutative pair). */
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-  return v;
-}
-
-/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets
-   the result. sh holds 32 doubles; the leading barrier makes back-to-back calls safe. */
-__device__ double block_sum(double v, double *sh) {
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) sh[wid] = v;
-  __syncthreads();
-  return warp_sum(lane < nw ? sh[lane] : 0.0);
 }
 
 /* A block's sum s for output e of segment seg: to the partials [segments][nout] when
@@ -230,16 +205,14 @@ __global__ void seg_final_k(const double *__restrict__ part, int64_t nseg, int64
 
 /* ---- column sums of a [R, C] matrix ----------------------------------------------------
    The commonest sum of a training step: a bias gradient (sum_to of [rows, C] to [C]) and a
-   sum over axis 0. cols_k took 52.6 us on [8192, 768] and 23 us on [4096, 256] (an H200):
-   an axset offset per element costs int64 divisions, and 32 columns a block leave most
-   of the GPU idle when C is small. Here a warp reads 128 consecutive columns as groups of
+   sum over axis 0. The general column kernel (cols_k) is slow here: an axset offset per
+   element costs int64 divisions, and 32 columns a block leave most of the GPU idle when
+   C is small. Here a warp reads 128 consecutive columns as groups of
    four (512 coalesced bytes a row, 256 of bf16; 32 elements where C % 4 != 0), and the
    rows are cut into chunks so that the grid has about CP_BLOCKS blocks whatever C is.
    Each block adds its chunk (a fixed split over its CP_Y row threads, added in order) to
    a row of double partials [nchunk][C]; col_final_k adds the chunks in a fixed order. The
-   chunking depends only on R and C, so results repeat bit for bit. Expected on
-   [4096, 256]: 4 MB read by 256 blocks, 256 KB of partials, two short kernels (~2-4 us
-   instead of 23). At most CP_ONE_ROWS rows are one chunk (32 rows a row thread): a small
+   chunking depends only on R and C, so results repeat bit for bit. At most CP_ONE_ROWS rows are one chunk (32 rows a row thread): a small
    batch's bias gradient is then one kernel, its launch the larger cost. */
 
 #define CP_Y 8         /* row threads per block of col_part_k */

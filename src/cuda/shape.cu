@@ -10,8 +10,8 @@
  *  - Index arithmetic uses 32-bit unsigned integers when every index fits (division is
  *    the cost of these gathers) and 64-bit otherwise; loop counters are always 64-bit so
  *    a grid-stride step can never wrap.
- *  - Dropout's mask comes from a device copy of Philox-4x32-10 that is bit-identical to
- *    src/core/rng.c, so the CPU and GPU keep exactly the same elements.
+ *  - Dropout's mask comes from the CPU's own Philox-4x32-10 (src/core/philox.h, compiled
+ *    for the device too), so the CPU and GPU keep exactly the same elements.
  *  - Casts round exactly like internal.h: F32 -> BF16 round-to-nearest-even (NaN stays a
  *    quiet NaN), F32 -> I32 truncates, saturates and sends NaN to 0.
  */
@@ -132,43 +132,13 @@ __global__ void concat_k(const T *__restrict__ a, const T *__restrict__ b, T *__
 
 /* ---- dropout ----------------------------------------------------------------------------- */
 
-/* Philox-4x32-10 exactly as rg_philox in src/core/rng.c: the 32x32 -> 64-bit products are
-   split into __umulhi (high word) and a 32-bit multiply (low word). */
-__device__ __forceinline__ void philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo,
-                                       uint32_t out[4]) {
-  uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32), c2 = (uint32_t)ctr_hi,
-           c3 = (uint32_t)(ctr_hi >> 32), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#pragma unroll
-  for (int r = 0; r < 10; r++) {
-    uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
-
-/* rg_philox_uniform: 24 random bits scaled by 2^-24; both steps are exact in float. */
-__device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t step, uint64_t index) {
-  uint32_t r[4];
-  philox(seed, step, index, r);
-  return (float)(r[0] >> 8) * (1.0f / 16777216.0f);
-}
-
+/* The mask is rg_philox_uniform (src/core/philox.h), the CPU's own definition. */
 __global__ void dropout_k(const float *__restrict__ x, float *__restrict__ y, int64_t n, float p,
                           float scale, uint64_t seed, const unsigned long long *stepp,
                           uint64_t step, uint64_t base) {
   if (stepp) step = *stepp; /* read on the device: a replayed graph sees each new step */
   GRID_STRIDE(e, n) {
-    y[e] = philox_uniform(seed, step, base + e) >= p ? __fmul_rn(x[e], scale) : 0.f;
+    y[e] = rg_philox_uniform(seed, step, base + e) >= p ? __fmul_rn(x[e], scale) : 0.f;
   }
 }
 

@@ -1,16 +1,17 @@
 /*
  * stub.c - the CUDA backend of a build that has none.
  *
- * The core always refers to rg_cuda_backend and rg_cuda_available (DESIGN.md section 2:
- * "a build without CUDA links a stub that answers RG_ERR_UNSUPPORTED, so core code carries
- * no #ifdef CUDA"). This file is that stub, linked instead of the .cu files of src/cuda
- * when the build has no CUDA toolkit or was configured with RG_CUDA=OFF.
+ * The core reaches the CUDA backend only through its table, rg_cuda_backend: a build
+ * without CUDA links a stub table that answers RG_ERR_UNSUPPORTED, so core code carries
+ * no #ifdef CUDA (docs/ARCHITECTURE.md). This file is that stub, linked instead of the
+ * .cu files of src/cuda when the build has no CUDA toolkit or was configured with
+ * RG_CUDA=OFF.
  *
- * Invariants: rg_cuda_available() is 0, so RG_DEVICE_AUTO always picks the CPU; asking
- * for RG_DEVICE_CUDA fails in open with RG_ERR_UNSUPPORTED and a message saying what to
- * do, and so does probe (a dry run of CUDA); every other member is NULL or never reached
+ * Invariants: available says 0, so RG_DEVICE_AUTO always picks the CPU; asking for
+ * RG_DEVICE_CUDA fails in open with RG_ERR_UNSUPPORTED and a message saying what to do,
+ * and so does probe (a dry run of CUDA); every other member is NULL or never reached
  * because a context never gets past open with this backend. RG_CUDA_STUB_WHY (set by
- * CMakeLists.txt) picks the reason given.
+ * cmake/Cuda.cmake) picks the reason given.
  */
 #include "core/internal.h"
 
@@ -40,11 +41,12 @@ static rg_status stub_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
   return stub_open(ctx);
 }
 
+static int stub_available(void) { return 0; }
+
 const rg_backend rg_cuda_backend = {
     .name = "cuda (not built)",
     .open = stub_open,
     .probe = stub_open,
     .meminfo = stub_meminfo,
+    .available = stub_available,
 };
-
-int rg_cuda_available(void) { return 0; }

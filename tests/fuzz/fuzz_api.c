@@ -1,6 +1,6 @@
 /*
  * fuzz_api.c - the API fuzzer: the input bytes are a random program of resgrad calls, and
- * the contract of resgrad.h (DESIGN.md section 1) is checked after every call.
+ * the contract of resgrad.h (docs/ARCHITECTURE.md, "The data contract") is checked after every call.
  *
  * Input format. The first 16 bytes configure rg_open (budgets, check modes, seed, ...).
  * Then come 16-byte records, one call each: byte 0 picks the call family (OP_* below,
