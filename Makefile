@@ -112,7 +112,7 @@ fuzz:
 # The whole suite under ThreadSanitizer, OpenMP (libomp + archer) and OpenBLAS included;
 # test_threads trains four contexts in four threads at once. A CPU-only Clang build
 # (-O1 -g); any report fails the test. OpenBLAS is not instrumented: what its threads do
-# is not checked (TSAN_OPTIONS=ignore_noninstrumented_modules=1, set by CMakeLists.txt).
+# is not checked (TSAN_OPTIONS=ignore_noninstrumented_modules=1, set by cmake/Tests.cmake).
 tsan:
 	@test -f "$(ARCHER)" || { echo "make tsan: no $(ARCHER) (apt-get install libomp-14-dev)"; \
 	  exit 1; }

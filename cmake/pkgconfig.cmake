@@ -1,4 +1,4 @@
-# pkgconfig.cmake - writes and installs resgrad.pc (included by the top CMakeLists.txt).
+# pkgconfig.cmake - writes and installs resgrad.pc (included by cmake/Install.cmake).
 #
 # The prefix is filled in at install time, not configure time, so that
 # `cmake --install build --prefix DIR` gets a .pc naming DIR. Libs.private lists what a

@@ -87,28 +87,31 @@ typedef struct rg_init { int kind; float a, b; } rg_init;
 
 /* Options for rg_open. A zero-initialised struct (or NULL) gives the defaults. */
 typedef struct rg_options {
-  rg_device device;        /* AUTO: CUDA when a GPU is present, else CPU with a notice */
+  rg_device device;        /* which device; AUTO (default): CUDA when a GPU is present,
+                              else the CPU with a notice */
   int device_index;        /* which GPU (CUDA only). 0, the default, in a process started
                               as a rank of a data-parallel run (env RG_WORLD_SIZE set, as
                               resgrad-run does) means the rank's GPU: env RG_LOCAL_RANK
                               (MISUSE if no such GPU), else RG_RANK modulo the GPUs */
-  size_t pass_budget;      /* bytes the pass pool may hold; 0 = unlimited (what there is) */
-  size_t persistent_budget;/* bytes the persistent pool may hold; 0 = unlimited */
+  size_t pass_budget;      /* bytes the pass pool may hold; 0 (default): unlimited (what
+                              there is) */
+  size_t persistent_budget;/* bytes the persistent pool may hold; 0 (default): unlimited */
   int check;               /* 1: run each op as it is recorded, so errors surface at their
-                              call (slow; for debugging). Env RG_CHECK=1 does the same. */
-  size_t max_queued;       /* growth guard: past this many queued nodes a barrier runs
-                              (counted in stats); 0 = 1<<20 */
-  uint64_t seed;           /* parameter init and dropout; 0 means seed 0 (deterministic) */
-  int threads;             /* CPU threads for kernels; 0 = all cores */
-  int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback) */
-  int trace;               /* 1: print each drained node (op, shape, label) on stderr.
-                              Env RG_TRACE=1 does the same. (Env RG_PROFILE=1, CUDA
-                              only: drains run without graphs, each node timed by CUDA
-                              events, and rg_close prints device time per op.) */
+                              call (slow; for debugging); 0 (default): ops run at barriers.
+                              Env RG_CHECK=1 does the same. */
+  size_t max_queued;       /* growth guard, in nodes: past this many queued nodes a barrier
+                              runs (counted in stats); 0 (default): 1<<20 */
+  uint64_t seed;           /* parameter init and dropout; 0 (default) means seed 0
+                              (deterministic) */
+  int threads;             /* CPU threads for kernels; 0 (default): all cores */
+  int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
+                              0 (default): notices */
+  int trace;               /* 1: print each drained node (op, shape, label) on stderr;
+                              0 (default): silent. Env RG_TRACE=1 does the same. */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
-                              as PyTorch's allow_tf32 (rg_attention keeps f32: its
-                              fused kernel is faster so). The CPU ignores it. */
+                              as PyTorch's allow_tf32 (rg_attention keeps f32); 0
+                              (default): strict f32. The CPU ignores it. */
   int bf16;                /* 1: bf16 mixed precision, as PyTorch's autocast to
                               bfloat16. Products (rg_matmul, rg_linear, rg_linear_act)
                               record an rg_cast to BF16 (round to nearest even) of each
@@ -133,34 +136,30 @@ typedef struct rg_options {
                               products. The CPU computes every op in F32 on the widened
                               values and rounds its BF16 results once, as CUDA does, so
                               the backends differ by summation order (and CUDA's
-                              attention by its bf16 probabilities). Tested: a small GPT
-                              (2 layers, width 64) trained 40 steps on the CPU keeps its
-                              loss within 2% of the F32 run's at every step (0.07%
-                              measured; tests/test_bf16.c). Env RG_BF16=1 does the
-                              same. */
+                              attention by its bf16 probabilities). 0 (default): every
+                              float is F32. Env RG_BF16=1 does the same. */
   int check_finite;        /* 1: after each node, check its outputs; the first NaN or Inf
                               fails the drain with RG_ERR_NONFINITE naming the op and its
-                              label. Off (and free) by default. Env RG_CHECK_FINITE=1.
+                              label. 0 (default): off, and free. Env RG_CHECK_FINITE=1.
                               rg_set_check_finite changes it later. */
   int no_cudnn;            /* 1: bf16 attention on CUDA runs resgrad's own kernels even in a
                               build with cuDNN, whose fused flash attention it otherwise
                               uses for sequences of 512 or more where cuDNN takes the
-                              shape (README, build option RG_CUDNN). Env RG_CUDNN=0 does
-                              the same. */
+                              shape (docs/building.md, build option RG_CUDNN); 0
+                              (default): cuDNN where it applies. Env RG_CUDNN=0 does the
+                              same. */
   int gemm_tune;           /* 1 (CUDA): each matrix product of 2^32 multiply-adds or more
                               times cuBLASLt's 8 best algorithms for its configuration
                               (shapes, types, epilogue, alignment) the first time it runs
                               outside a graph capture, on its real operands, and keeps the
                               fastest for the context's life. The first step takes
                               longer (40 extra launches a configuration); later ones are
-                              faster where the heuristic's first pick is not the fastest
-                              (measured on an H200: mlp-wide bf16 1.18 -> 1.10 ms,
-                              gpt2-124m bf16 ~0.1-0.3 ms of 17.5; bench/RESULTS.md).
-                              Smaller products stay on the heuristic's pick: their times
-                              in a timing loop did not predict their times in a step. The
+                              faster where the heuristic's first pick is not the fastest.
+                              Smaller products stay on the heuristic's pick. The
                               choice rests on timings, so two runs may differ in the last
                               bits of their results; without it the same inputs give the
-                              same bits. 2: every product (tests). The CPU ignores it.
+                              same bits. 2: every product (tests). 0 (default): cuBLASLt's
+                              heuristic picks every algorithm. The CPU ignores it.
                               Env RG_GEMM_TUNE=1. */
   int dry_run;             /* 1: a context that models its device (chosen, and refused,
                               as without it) but allocates no device memory and runs
@@ -173,8 +172,10 @@ typedef struct rg_options {
                               makes no values, rg_input, rg_constant and rg_write read
                               nothing from host (any non-NULL pointer does), rg_read and
                               rg_item deliver zeros. rg_save, rg_load, rg_dist_init and
-                              rg_gradcheck give RG_ERR_UNSUPPORTED. */
-  int nonfinite_checkpoints; /* 1: rg_save and rg_load accept NaN and Inf (debugging) */
+                              rg_gradcheck give RG_ERR_UNSUPPORTED. 0 (default): a
+                              real context. */
+  int nonfinite_checkpoints; /* 1: rg_save and rg_load accept NaN and Inf (debugging);
+                                0 (default): they refuse them */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */
@@ -368,9 +369,8 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    within 1e-5 normalised error of the CPU; rg_options.tf32 changes nothing here). BF16:
    the CUDA backend also rounds the incoming gradient and the probabilities to bf16 for
    the six products (q k^T, p v; backward g v^T, ds k, ds^T q, p^T g), which run on
-   tensor cores with f32 accumulation: an estimated 0.5% normalised error in the output
-   and 1% in the gradients (the tests bound it at 2%); the CPU computes in f32 on the
-   widened values. Softmax statistics and exponentials are f32, the output is rounded
+   tensor cores with f32 accumulation (the tests bound the normalised error of the
+   output and the gradients at 2%); the CPU computes in f32 on the widened values. Softmax statistics and exponentials are f32, the output is rounded
    once, and the gradients are F32 in every mode. Results repeat bit for bit (no
    atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
@@ -653,6 +653,9 @@ typedef struct rg_stats {
                                            arenas' chunks, free space included) now /
                                            the sum of each pool's high-water mark */
 } rg_stats;
+
+/* Env RG_PROFILE=1 (CUDA only): drains run without graphs, each node timed by CUDA
+   events, and rg_close prints device time per op on stderr. */
 
 /* Copies the counters into *out. Not a barrier. rg_stats_reset zeroes every counter and
    restarts the pool peaks from the bytes held now. Neither touches the device. */

@@ -29,10 +29,11 @@
  *  - Forward functions record ops and return a pending handle, or RG_NONE with the sticky
  *    error set; given RG_NONE they return RG_NONE and keep the first error, like every
  *    op. Misuse detected here (a wrong rank, a sequence longer than the model's block) is
- *    RG_ERR_MISUSE with a message that names the function and says what to do. (The
- *    public API has no call to raise an error, so the explanation travels as a label on
- *    the call that fails: "rg_slice [rg_gpt_forward: idx is [2, 12] but the model's
- *    block size is 8; ...]: [0, 12) is outside axis 0 of size 8".)
+ *    RG_ERR_MISUSE with a message that names the function and says what to do. Where
+ *    the misuse makes a real operation fail, the explanation travels as a label on the
+ *    call that fails: "rg_slice [rg_gpt_forward: idx is [2, 12] but the model's block
+ *    size is 8; ...]: [0, 12) is outside axis 0 of size 8"; otherwise it is raised with
+ *    rg_raise.
  *  - Layer structs are plain values owned by the caller; copying one copies handles, not
  *    parameters. They stay valid until the persistent pool is reset or the context closed.
  *  - Dropout uses rg_dropout: identity when p == 0 or when rg_set_training(ctx, 0).
@@ -147,8 +148,9 @@ typedef struct rg_gpt_config {
   float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
 } rg_gpt_config;
 
-/* GPT-2 (structure and initialisation as bench/torch_ref.py's GPT, names as GPT-2's
-   and nanoGPT's state dicts): for idx [B, T],
+/* GPT-2 (structure and initialisation as the GPT of torch_ref.py, the PyTorch reference
+   that bench/compare.py --torch-ref runs; names as GPT-2's and nanoGPT's state dicts):
+   for idx [B, T],
      x = drop(wte[idx] + wpe[0..T))   h_i: x += attn(ln_1(x)); x += mlp(ln_2(x))
      logits = ln_f(x) wte^T           (the head is tied to wte: no separate parameter)
    Parameters, in creation order, each "<prefix>" + the name below:
