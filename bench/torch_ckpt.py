@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """torch_ckpt.py - a resgrad-train checkpoint, opened by Python's safetensors package and
-loaded by name into the PyTorch GPT of ../shared/bench/torch_ref.py, gives the loss that
+loaded by name into the PyTorch GPT of the reference workloads (torch_ref.py, given
+with --torch-ref), gives the loss that
 resgrad computes from the same file on the same batch.
 
 usage: python3 bench/torch_ckpt.py --torch-ref PATH --ckpt FILE [--gpt-loss BIN]

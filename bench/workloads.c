@@ -1,5 +1,5 @@
 /*
- * workloads.c - the reference training workloads of ../shared/bench/torch_ref.py, run by
+ * workloads.c - the PyTorch reference workloads (torch_ref.py), run by
  * resgrad: same shapes, same model structure, AdamW (lr 1e-3, weight decay 0.01), one
  * 4-byte read of the loss per step. As in torch_ref.py the batch is made once and stays
  * on the device (rg_constant); --upload uploads it every step instead (rg_input), as a

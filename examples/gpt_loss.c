@@ -6,7 +6,7 @@
  * line (resgrad-train stores it in the checkpoint's "resgrad-train.config" metadata, e.g.
  * "layers=2 width=128 heads=4 vocab=14 block=24"). The batch is a formula of (b, t), so
  * another program can build the same one without sharing a file; bench/torch_ckpt.py
- * does, and checks that PyTorch's GPT of ../shared/bench/torch_ref.py, given the same
+ * does, and checks that PyTorch's GPT of the reference workloads (torch_ref.py), given the same
  * weights by name, computes the same loss:
  *
  *   idx[b][t]    = (131 b + 31 t + (b t mod 7)) mod vocab

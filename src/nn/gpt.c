@@ -1,6 +1,7 @@
 /*
  * gpt.c - a GPT-2 model (token + position embeddings, pre-norm blocks, tied head) on the
- * public API, mirroring bench/torch_ref.py's GPT in structure and initialisation.
+ * public API, mirroring in structure and initialisation the GPT of the PyTorch reference
+ * workloads (torch_ref.py, which bench/compare.py takes with --torch-ref).
  *
  * Invariants: parameters are made in GPT-2's state-dict order (wte, wpe, h.0..h.L-1,
  * ln_f) so one seed gives one model; the struct holds handles only (the context owns the

@@ -316,12 +316,7 @@ static shp rand_shape(fz *F, int dtype) {
   return s;
 }
 
-static uint64_t fnv(const void *p, size_t n) {
-  const uint8_t *b = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
+static uint64_t fnv(const void *p, size_t n) { return rg__fnv1a(RG_FNV_START, p, n); }
 
 /* n elements of dtype for an upload: a style byte picks zeros, ones, small uniform
    values, values with NaN/Inf/huge among them, a ramp, or (I32) indices in [0, range)
