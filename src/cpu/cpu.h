@@ -14,6 +14,10 @@
 
 #include "../core/internal.h"
 
+/* The threads a kernel may use (k->threads, at least 1). */
+static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 #define RG_CPU_DECL(E, n, ...) rg_status rg_cpu_##n(rg_kargs *k);
 RG_OPS(RG_CPU_DECL)
 #undef RG_CPU_DECL

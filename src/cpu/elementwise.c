@@ -19,8 +19,6 @@
    against the work, small enough that a few cores share a 1 MB tensor. */
 #define EW_CHUNK 16384
 
-static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- upload and fill ------------------------------------------------------------------ */
 

@@ -50,8 +50,6 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 /* Below this many multiply-adds a GEMM runs on the calling thread only. */
 #define GEMM_PAR_MIN (1 << 18)
 
-static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- the built-in GEMM ---------------------------------------------------------------- */
 

@@ -15,7 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t minu64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t room(uint64_t limit, uint64_t used) { return limit > used ? limit - used : 0; }
 
 /* The number on the first line of file path that starts with key (any line when key is
@@ -44,7 +44,7 @@ static void cgroup_bound(uint64_t *avail, const char *root, char *path, const ch
     snprintf(f, sizeof f, "%s%s/%s", root, path, limit);
     bool ok = read_num(f, "", &lim);
     snprintf(f, sizeof f, "%s%s/%s", root, path, usage);
-    if (ok && read_num(f, "", &use)) *avail = min64(*avail, room(lim, use));
+    if (ok && read_num(f, "", &use)) *avail = minu64(*avail, room(lim, use));
     char *slash = strrchr(path, '/');
     if (!slash) break;
     *slash = 0;
@@ -90,9 +90,9 @@ rg_status rg_cpu_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     if (page > 0 && read_num("/proc/self/statm", "", &pages)) pages *= (uint64_t)page;
-    avail = min64(avail, room((uint64_t)rl.rlim_cur, pages));
+    avail = minu64(avail, room((uint64_t)rl.rlim_cur, pages));
   }
   *total = to_size(tot);
-  *available = to_size(min64(avail, tot));
+  *available = to_size(minu64(avail, tot));
   return RG_OK;
 }

@@ -25,8 +25,6 @@
 /* A norm splits each tensor into at most this many fixed chunks (partials on the stack). */
 #define MAX_CHUNKS 64
 
-static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t nchunks(int64_t n) { return (n + CHUNK - 1) / CHUNK; }
 
 static inline float ld(const void *p, int dt, int64_t i) {

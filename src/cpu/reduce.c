@@ -26,8 +26,6 @@
 /* An all-axes sum splits into at most this many fixed chunks (partials on the stack). */
 #define MAX_CHUNKS 64
 
-static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 typedef struct span3 { int64_t outer, len, inner; } span3;
 

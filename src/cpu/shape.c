@@ -19,7 +19,6 @@
 /* Below this many elements a kernel runs on one thread. */
 #define PAR_MIN 32768
 
-static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
 
 /* x viewed as [outer, dims[axis], inner] */
 static void around_axis(const rg_tv *x, int64_t axis, int64_t *outer, int64_t *inner) {

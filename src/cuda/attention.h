@@ -4,8 +4,8 @@
  * attention_dnn.cu: cuDNN's fused attention): the shapes and operands of a call, and the
  * helpers both kernel files use. Scaled dot-product attention and its backward pass,
  * flash-attention style: the T x S matrix of scores never exists in memory, only 64 x 64
- * tiles of it in registers and shared memory. Mirrors the attention section of
- * src/cpu/nn.c.
+ * tiles of it in registers and shared memory. Mirrors
+ * src/cpu/attention.c.
  *
  * Per head: q [T,D], k and v [S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j
  * is masked from query t when j > t. A row with no visible key (only when S == 0) gives

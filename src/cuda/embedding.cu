@@ -1,6 +1,6 @@
 /*
- * embedding.cu - CUDA kernels for the embedding lookup and its backward pass. Mirrors the
- * embedding section of src/cpu/nn.c.
+ * embedding.cu - CUDA kernels for the embedding lookup and its backward pass. Mirrors
+ * src/cpu/embedding.c.
  *
  * Invariants:
  *  - Bad ids are found by a check kernel that keeps the lowest failing position (rows.h:

@@ -1,7 +1,7 @@
 /*
  * losses.cu - CUDA kernels for the losses: cross-entropy over the last axis (with its
  * optional fused backward) and its backward kernel, and the mean squared error. Mirrors
- * the loss sections of src/cpu/nn.c.
+ * src/cpu/losses.c.
  *
  * Invariants:
  *  - A row of logits is handled by one group of threads (rows.h: a warp when C <= 1024,

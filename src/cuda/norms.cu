@@ -1,7 +1,7 @@
 /*
  * norms.cu - CUDA kernels for layernorm and rmsnorm over the last axis, the residual add
- * fused with the layernorm that reads it, and their backward kernels. Mirrors the norm
- * sections of src/cpu/nn.c.
+ * fused with the layernorm that reads it, and their backward kernels. Mirrors
+ * src/cpu/norms.c.
  *
  * Invariants:
  *  - A row is handled by one group of threads (rows.h: a warp when C <= 1024, else a

@@ -1,6 +1,6 @@
 /*
  * softmax.cu - CUDA kernels for softmax and log-softmax over the last axis, and their
- * backward kernels. Mirrors the softmax section of src/cpu/nn.c.
+ * backward kernels. Mirrors src/cpu/softmax.c.
  *
  * Invariants:
  *  - A row is handled by one group of threads (rows.h: a warp when C <= 1024, else a

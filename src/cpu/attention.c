@@ -1,0 +1,253 @@
+/*
+ * attention.c - CPU kernels: attention (q, k, v or one fused qkv) and its backward. The row kernels' invariants are in rows.h.
+ *
+ * Attention recomputes its probabilities in the backward pass instead of storing the
+ * T x S matrix: the forward keeps the log-sum-exp of each query row (its second output),
+ * the backward g.o per row (8 bytes per query in all). The CPU computes the products in
+ * f32 whatever the node's precision flag (the CUDA tensor-core paths).
+ */
+#include "rows.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* Where the rows of one head live: row t of head bh = (b, h) starts at element
+   b sb + h sh + t sr of its tensor. rg_attention's [B,H,T,D] operands are dense
+   (sr = D); rg_attention_qkv's heads are D-column strips of [B,T,3C] (sr = 3C) and of
+   its [B,T,C] output (sr = C), so neither op copies a head out before computing. */
+typedef struct attn_lay { int64_t sb, sh, sr; } attn_lay;
+
+/* q and dq use lay q; k, v, dk and dv lay k; o and g lay o. */
+typedef struct attn_dims {
+  int64_t BH, H, T, S, D;
+  float scale;
+  bool causal;
+  attn_lay q, k, o;
+} attn_dims;
+
+/* The operands and results of either op, as base pointers of head 0 of batch 0; lse
+   [BH,T] is the forward's second output and the backward's input. */
+typedef struct attn_io {
+  const float *q, *k, *v, *g;
+  float *o, *lse, *dq, *dk, *dv;
+} attn_io;
+
+static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
+  attn_dims a;
+  const rg_tv *x = &k->in[0];
+  int op = k->node->op;
+  memset(io, 0, sizeof *io);
+  if (op == RG_OP_ATTENTION || op == RG_OP_ATTENTION_BWD) {
+    a.H = x->dims[1];
+    a.BH = x->dims[0] * a.H;
+    a.T = x->dims[2];
+    a.D = x->dims[3];
+    a.S = k->in[1].dims[2];
+    a.q = (attn_lay){a.H * a.T * a.D, a.T * a.D, a.D};
+    a.k = (attn_lay){a.H * a.S * a.D, a.S * a.D, a.D};
+    a.o = a.q;
+    io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
+    if (op == RG_OP_ATTENTION) {
+      io->o = k->out[0].p, io->lse = k->out[1].p;
+    } else { /* q, k, v, o, g, lse */
+      io->g = k->in[4].p, io->lse = k->in[5].p;
+      io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
+    }
+  } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
+    int64_t C = x->dims[2] / 3;
+    a.H = k->node->i[1];
+    a.BH = x->dims[0] * a.H;
+    a.T = a.S = x->dims[1];
+    a.D = C / a.H;
+    a.q = a.k = (attn_lay){a.T * 3 * C, a.D, 3 * C};
+    a.o = (attn_lay){a.T * C, a.D, C};
+    io->q = x->p, io->k = io->q + C, io->v = io->q + 2 * C;
+    if (op == RG_OP_ATTENTION_QKV) {
+      io->o = k->out[0].p, io->lse = k->out[1].p;
+    } else { /* qkv, o, g, lse */
+      io->g = k->in[2].p, io->lse = k->in[3].p;
+      io->dq = k->out[0].p, io->dk = io->dq + C, io->dv = io->dq + 2 * C;
+    }
+  }
+  a.scale = a.D ? (float)(1.0 / sqrt((double)a.D)) : 0.f; /* D = 0: every score is 0 */
+  a.causal = k->node->i[0] != 0;
+  return a;
+}
+
+/* Offset of head bh's first row in layout l. */
+static inline int64_t attn_head(const attn_dims *a, const attn_lay *l, int64_t bh) {
+  return bh / a->H * l->sb + bh % a->H * l->sh;
+}
+
+/* Keys a query at t may see: s <= t when causal. */
+static int64_t attn_keys(const attn_dims *a, int64_t t) {
+  return a->causal ? min64(a->S, t + 1) : a->S;
+}
+
+static inline float dotf(const float *a, const float *b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* p[j] = softmax_j(scale q.k_j) over the visible keys (K: key 0 of the head); returns the
+   log-sum-exp, which the backward pass uses to rebuild the same probabilities one key at
+   a time. */
+static float attn_probs(const attn_dims *a, const float *q, const float *K, float *p,
+                        int64_t ns) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < ns; j++) {
+    p[j] = dotf(q, K + j * a->k.sr, a->D) * a->scale;
+    m = p[j] > m ? p[j] : m;
+  }
+  double s = 0;
+  for (int64_t j = 0; j < ns; j++) s += expf(p[j] - m);
+  float lse = m + (float)log(s);
+  for (int64_t j = 0; j < ns; j++) p[j] = expf(p[j] - lse);
+  return lse;
+}
+
+static void attn_fwd_row(const attn_dims *a, const float *q, const float *K, const float *V,
+                         float *o, float *lse, float *p, int64_t t) {
+  int64_t ns = attn_keys(a, t);
+  *lse = ns ? attn_probs(a, q, K, p, ns) : 0.f; /* never read; finite for check_finite */
+  memset(o, 0, (size_t)a->D * sizeof(float));
+  for (int64_t j = 0; j < ns; j++) {
+    const float *v = V + j * a->k.sr;
+    for (int64_t d = 0; d < a->D; d++) o[d] += p[j] * v[d];
+  }
+}
+
+/* Per-thread scratch of `per` floats; NULL (and k->msg set) when memory ran out. */
+static float *thread_scratch(rg_kargs *k, int nt, int64_t per) {
+  float *s = rg__malloc(k->ctx, (size_t)nt * (size_t)(per ? per : 1) * sizeof(float));
+  if (!s) snprintf(k->msg, k->msgcap, "out of host memory for attention scratch");
+  return s;
+}
+
+/* Both forward ops: one query row per iteration. */
+static rg_status attn_forward(rg_kargs *k) {
+  attn_io io;
+  attn_dims a = attn_shape(k, &io);
+  int nt = nthreads(k);
+  int64_t rows = a.BH * a.T;
+  /* Empty tensors bound no size: with no rows, or D = 0, S may be anything (a scratch row
+     of S floats, or a loop over S keys, could be astronomically large). With D = 0 every
+     score is 0, o is empty and lse is log(visible keys), as the loop would compute it. */
+  if (rows == 0) return RG_OK;
+  if (a.D == 0) {
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t ns = attn_keys(&a, r % a.T);
+      io.lse[r] = ns ? (float)log((double)ns) : 0.f;
+    }
+    return RG_OK;
+  }
+  float *scratch = thread_scratch(k, nt, a.S);
+  if (!scratch) return RG_ERR_OOM;
+  bool par = rows * a.S * a.D > PAR_MIN;
+  (void)par; /* read only by OpenMP pragmas */
+#pragma omp parallel num_threads(nt) if(par)
+  {
+    float *p = scratch + (int64_t)thread_id() * a.S;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
+      attn_fwd_row(&a, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv, io.v + kv,
+                   io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, t);
+    }
+  }
+  rg__free(k->ctx, scratch);
+  return RG_OK;
+}
+
+rg_status rg_cpu_attention(rg_kargs *k) { return attn_forward(k); }
+rg_status rg_cpu_attention_qkv(rg_kargs *k) { return attn_forward(k); }
+
+/* Pass 1, one query row: dq = scale sum_j ds_j k_j with ds_j = p_j (g.v_j - delta), where
+   delta = sum_j p_j g.v_j (= g.o), p_j = exp(scale q.k_j - lse) from the forward's lse.
+   delta is saved so pass 2 can rebuild p and ds one key at a time. p and dp are S-float
+   scratch rows. */
+static void attn_bwd_query(const attn_dims *a, const float *q, const float *K, const float *V,
+                           const float *g, float *dq, float *p, float *dp, int64_t t,
+                           float lse, float *delta) {
+  int64_t ns = attn_keys(a, t);
+  double dl = 0;
+  for (int64_t j = 0; j < ns; j++) {
+    p[j] = expf(dotf(q, K + j * a->k.sr, a->D) * a->scale - lse);
+    dp[j] = dotf(g, V + j * a->k.sr, a->D);
+    dl += (double)p[j] * dp[j];
+  }
+  *delta = (float)dl;
+  if (!dq) return;
+  memset(dq, 0, (size_t)a->D * sizeof(float));
+  for (int64_t j = 0; j < ns; j++) {
+    float ds = p[j] * (dp[j] - *delta) * a->scale;
+    const float *kr = K + j * a->k.sr;
+    for (int64_t d = 0; d < a->D; d++) dq[d] += ds * kr[d];
+  }
+}
+
+/* Pass 2, one key row: dk = scale sum_t ds_t q_t and dv = sum_t p_t g_t over the queries
+   that see this key (t >= s when causal); Q and G are query 0 of the head. Either output
+   may be unwanted (NULL). */
+static void attn_bwd_key(const attn_dims *a, const float *Q, const float *k, const float *v,
+                         const float *G, const float *lse, const float *delta, float *dk,
+                         float *dv, int64_t s) {
+  if (dk) memset(dk, 0, (size_t)a->D * sizeof(float));
+  if (dv) memset(dv, 0, (size_t)a->D * sizeof(float));
+  for (int64_t t = a->causal ? s : 0; t < a->T; t++) {
+    const float *q = Q + t * a->q.sr, *g = G + t * a->o.sr;
+    float p = expf(dotf(q, k, a->D) * a->scale - lse[t]);
+    if (dk) {
+      float ds = p * (dotf(g, v, a->D) - delta[t]) * a->scale;
+      for (int64_t d = 0; d < a->D; d++) dk[d] += ds * q[d];
+    }
+    if (dv)
+      for (int64_t d = 0; d < a->D; d++) dv[d] += p * g[d];
+  }
+}
+
+/* Both backward ops. */
+static rg_status attn_backward(rg_kargs *k) {
+  attn_io io;
+  attn_dims a = attn_shape(k, &io);
+  int nt = nthreads(k);
+  int64_t qrows = a.BH * a.T, krows = a.BH * a.S;
+  if (a.BH == 0 || a.D == 0) return RG_OK; /* every gradient is empty (see attn_forward) */
+  /* per thread a p and a dp row, then delta per query row */
+  float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + qrows);
+  if (!scratch) return RG_ERR_OOM;
+  const float *lse = io.lse;
+  float *delta = scratch + (int64_t)nt * 2 * a.S;
+  bool par = qrows * a.S * a.D > PAR_MIN;
+  (void)par; /* read only by OpenMP pragmas */
+#pragma omp parallel num_threads(nt) if(par)
+  {
+    float *p = scratch + (int64_t)thread_id() * 2 * a.S, *dp = p + a.S;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < qrows; r++) {
+      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
+      int64_t qo = attn_head(&a, &a.q, bh) + t * a.q.sr;
+      attn_bwd_query(&a, io.q + qo, io.k + kv, io.v + kv,
+                     io.g + attn_head(&a, &a.o, bh) + t * a.o.sr, io.dq ? io.dq + qo : NULL,
+                     p, dp, t, lse[r], delta + r);
+    }
+  }
+  if (io.dk || io.dv) {
+#pragma omp parallel for num_threads(nt) if(par) schedule(static)
+    for (int64_t r = 0; r < krows; r++) {
+      int64_t bh = r / a.S, s = r % a.S, ko = attn_head(&a, &a.k, bh) + s * a.k.sr;
+      attn_bwd_key(&a, io.q + attn_head(&a, &a.q, bh), io.k + ko, io.v + ko,
+                   io.g + attn_head(&a, &a.o, bh), lse + bh * a.T, delta + bh * a.T,
+                   io.dk ? io.dk + ko : NULL, io.dv ? io.dv + ko : NULL, s);
+    }
+  }
+  rg__free(k->ctx, scratch);
+  return RG_OK;
+}
+
+rg_status rg_cpu_attention_bwd(rg_kargs *k) { return attn_backward(k); }
+rg_status rg_cpu_attention_qkv_bwd(rg_kargs *k) { return attn_backward(k); }

@@ -1,0 +1,79 @@
+/*
+ * softmax.c - CPU kernels: softmax and log-softmax over the last axis, and their backward. The row kernels' invariants are in rows.h.
+ */
+#include "rows.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- softmax and log-softmax ----------------------------------------------------------- */
+
+static void softmax_row(const float *x, float *y, int64_t C) {
+  float m = row_max(x, C);
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) {
+    y[c] = expf(x[c] - m);
+    s += y[c];
+  }
+  float inv = (float)(1.0 / s);
+  for (int64_t c = 0; c < C; c++) y[c] *= inv;
+}
+
+static void log_softmax_row(const float *x, float *y, int64_t C) {
+  float m = row_max(x, C);
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  float lse = (float)log(s);
+  for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) - lse;
+}
+
+static rg_status softmax_common(rg_kargs *k, bool log_form) {
+  const float *x = k->in[0].p;
+  float *y = k->out[0].p;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    if (log_form)
+      log_softmax_row(x + r * C, y + r * C, C);
+    else
+      softmax_row(x + r * C, y + r * C, C);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_softmax(rg_kargs *k) { return softmax_common(k, false); }
+rg_status rg_cpu_log_softmax(rg_kargs *k) { return softmax_common(k, true); }
+
+/* dx = y (g - sum(g y)) */
+static void softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C) {
+  double dot = 0;
+  for (int64_t c = 0; c < C; c++) dot += (double)g[c] * y[c];
+  float d = (float)dot;
+  for (int64_t c = 0; c < C; c++) dx[c] = y[c] * (g[c] - d);
+}
+
+/* dx = g - exp(y) sum(g) */
+static void log_softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C) {
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += g[c];
+  float sf = (float)s;
+  for (int64_t c = 0; c < C; c++) dx[c] = g[c] - expf(y[c]) * sf;
+}
+
+static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
+  const float *y = k->in[0].p, *g = k->in[1].p;
+  float *dx = k->out[0].p;
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
+#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    if (log_form)
+      log_softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
+    else
+      softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
+  }
+  return RG_OK;
+}
+
+rg_status rg_cpu_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, false); }
+rg_status rg_cpu_log_softmax_bwd(rg_kargs *k) { return softmax_bwd_common(k, true); }
