@@ -638,6 +638,25 @@ static void remember(fz *F, uint64_t id, uint64_t h, int overwrite) {
   F->hs[k].hash = h;
 }
 
+/* The bytes of the live pass value id (its tensor-table entry), or NULL. Read from the
+   table directly: rg__check would set the sticky error for a stale id. */
+static const void *pass_bytes(fz *F, uint64_t id) {
+  const rg_pool_s *p = &F->ctx->pool[RG_POOL_PASS];
+  uint64_t slot = id & 0xffffffffu;
+  if (id >> 63 || ((id >> 32) & 0x7fffffffu) != (p->gen & 0x7fffffffu) || !slot || slot > p->n)
+    return NULL;
+  return p->t[slot - 1].data;
+}
+
+/* A write of bytes hashing to h into pass value id: rg_reshape's views share its bytes
+   (resgrad.h), so every remembered value on the same bytes now holds them too. */
+static void remember_write(fz *F, uint64_t id, uint64_t h) {
+  const void *b = pass_bytes(F, id);
+  for (int i = 0; b && i < F->nh; i++)
+    if (F->hs[i].id != id && pass_bytes(F, F->hs[i].id) == b) F->hs[i].hash = h;
+  remember(F, id, h, 1);
+}
+
 /* ---- the sentinel -------------------------------------------------------------------- */
 
 static int S_live(fz *F) {
@@ -1273,7 +1292,7 @@ static void op_write(fz *F) {
               exact, null_src ? ", src NULL" : "", rg_status_str(st));
   if (live && is_exact && !null_src && st != RG_OK)
     violation(F, "write", "a write of the right size returned %s", rg_status_str(st));
-  if (live && st == RG_OK && pool_of(x) == RG_POOL_PASS) remember(F, x.id, fnv(src, bytes), 1);
+  if (live && st == RG_OK && pool_of(x) == RG_POOL_PASS) remember_write(F, x.id, fnv(src, bytes));
   free(src);
 }
 
