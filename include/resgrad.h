@@ -66,7 +66,8 @@ typedef enum rg_status { /* values pinned forever */
   RG_OK = 0,
   RG_ERR_MISUSE = -1,      /* bad argument: NULL, wrong shape/dtype, wrong state */
   RG_ERR_STALE = -2,       /* handle from a pool generation that was reset, or forged */
-  RG_ERR_OOM = -3,         /* a pool budget or the machine ran out; nothing was allocated */
+  RG_ERR_OOM = -3,         /* a pool budget or the machine ran out, or a pass reached
+                              rg_options.max_pass_nodes; nothing was allocated */
   RG_ERR_DEVICE = -4,      /* the device reported a fault */
   RG_ERR_NONFINITE = -5,   /* a NaN or Inf where finite values were promised */
   RG_ERR_IO = -6,          /* file missing, unreadable, corrupt or for another model;
@@ -100,7 +101,8 @@ typedef struct rg_options {
                               call (slow; for debugging); 0 (default): ops run at barriers.
                               Env RG_CHECK=1 does the same. */
   size_t max_queued;       /* growth guard, in nodes: past this many queued nodes a barrier
-                              runs (counted in stats); 0 (default): 1<<20 */
+                              runs (counted in stats); 0 (default): 1<<20. It bounds the
+                              queue, not the pass: see max_pass_nodes */
   uint64_t seed;           /* parameter init and dropout; 0 (default) means seed 0
                               (deterministic) */
   int threads;             /* CPU threads for kernels; 0 (default): all cores */
@@ -176,6 +178,16 @@ typedef struct rg_options {
                               real context. */
   int nonfinite_checkpoints; /* 1: rg_save and rg_load accept NaN and Inf (debugging);
                                 0 (default): they refuse them */
+  size_t max_pass_nodes;   /* pass-growth bound, in nodes (recorded ops, each a node of
+                              the autograd tape, which lives until the pass pool resets):
+                              a call that would record more than this many since the last
+                              rg_step_begin or rg_reset records nothing and fails with
+                              RG_ERR_OOM, its message naming the label under which most
+                              of the pass was recorded, how many nodes, and the op that
+                              recorded most of those (a loop that never calls
+                              rg_step_begin). rg_step_begin or rg_reset makes room again.
+                              0 (default): 1<<24; at most 2^32 - 1 (larger is taken as
+                              that) */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */
@@ -286,6 +298,33 @@ RG_API int64_t rg_dim(rg_ctx *ctx, rg_tensor t, int axis);
 RG_API int64_t rg_numel(rg_ctx *ctx, rg_tensor t);
 RG_API rg_dtype rg_dtype_of(rg_ctx *ctx, rg_tensor t);
 RG_API int rg_is_live(rg_ctx *ctx, rg_tensor t);
+/* Handles a user can inspect: never barriers, never allocate, never set the sticky
+   error (a stale or forged handle is described, not reported), so they are safe in an
+   error path or a debugger. rg_describe writes one line about t into buf with snprintf's
+   contract: it returns the length the whole line needs, writes at most cap bytes and
+   NUL-terminates them when cap > 0 (buf may be NULL when cap is 0). The line is dtype,
+   shape, pool, the pool's generation and the slot (from 1), the parameter's name (or
+   whose gradient it is), "pending" or "ready" followed by the op that made it and its
+   label, "requires grad" and "has grad" (rg_grad would return one) where they hold, and
+   for a value whose drain failed, last, "failed: " and that drain's message, e.g.
+     F32 [32,11,64] pass gen 3 slot 17, pending: rg_linear [block0/mlp], requires grad
+   A handle that is not live reads "RG_NONE", "stale (pass pool generation 2, now 3)" or
+   "not a handle of this context (id 0x...)". The text is for people; its form may
+   change. rg_is_pending: 1 if t is live and pending (a read would run the queue first),
+   else 0. rg_pool_of: RG_POOL_PASS or RG_POOL_PERSISTENT for a live handle, else -1.
+   Persistent tensors are never pending: in-place updates of them are queued, and every
+   read drains first. */
+RG_API int rg_describe(rg_ctx *ctx, rg_tensor t, char *buf, size_t cap);
+RG_API int rg_is_pending(rg_ctx *ctx, rg_tensor t);
+RG_API int rg_pool_of(rg_ctx *ctx, rg_tensor t);
+/* Calls line(user, text) once for every tensor of pool (RG_POOL_PASS,
+   RG_POOL_PERSISTENT, or -1 for both, pass first), in slot order, with its rg_describe
+   text (cut at 2047 bytes); the core's own tensors (gradients, optimizer state) are
+   listed too. Returns how many lines it gave, or -1 for a NULL ctx or line or another
+   pool. Not a barrier, no sticky error. line may call into ctx: tensors it makes are not
+   listed, and a pool it resets ends that pool's listing. */
+RG_API int rg_dump_handles(rg_ctx *ctx, int pool, void (*line)(void *user, const char *text),
+                           void *user);
 /* Parameters in creation order: count, the i-th (RG_NONE past the end) and a name
    (NULL for a non-parameter; owned by ctx). rg_param_find returns RG_NONE if absent
    without setting an error. */

@@ -34,8 +34,8 @@ static const struct { const char *file; int layer; } table[] = {
     {"error.c", LEAF},
     /* labels; the dry-run backend */
     {"label.c", BASE}, {"dry.c", BASE},
-    /* arenas, tensors and their handles, parameters */
-    {"arena.c", TENSOR}, {"tensor.c", TENSOR}, {"param.c", TENSOR},
+    /* arenas, tensors and their handles, parameters, describing handles */
+    {"arena.c", TENSOR}, {"tensor.c", TENSOR}, {"param.c", TENSOR}, {"inspect.c", TENSOR},
     /* recording nodes, draining them, resetting the pools */
     {"queue.c", QUEUE},
     /* what records nodes: transfers, ops, autograd and the all-reduces it records

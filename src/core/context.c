@@ -57,6 +57,9 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
   env = getenv("RG_GEMM_TUNE");
   if (env && *env == '1') ctx->opt.gemm_tune = 1;
   if (!ctx->opt.max_queued) ctx->opt.max_queued = (size_t)1 << 20;
+  if (!ctx->opt.max_pass_nodes) ctx->opt.max_pass_nodes = (size_t)1 << 24;
+  if (ctx->opt.max_pass_nodes > UINT32_MAX) /* a tensor names its node in 32 bits */
+    ctx->opt.max_pass_nodes = UINT32_MAX;
   ctx->pool[0].gen = ctx->pool[1].gen = 1;
   ctx->pool[0].budget = ctx->opt.pass_budget;
   ctx->pool[1].budget = ctx->opt.persistent_budget;

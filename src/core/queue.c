@@ -8,13 +8,55 @@
  *    READY, its outputs and every later pass-pool output become FAILED with the message,
  *    and the queue is dropped (never retried). Persistent tensors never become FAILED:
  *    an in-place update that did not run simply left the old value.
+ *  - n_nodes <= opt.max_pass_nodes (<= UINT32_MAX, so a node index + 1 fits a tensor's
+ *    32-bit node field): the guard drain bounds the queue, this bounds the tape.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
+/* The pass-growth bound (rg_options.max_pass_nodes) was reached while recording op:
+   RG_ERR_OOM naming the label under which most of this pass's nodes were recorded and
+   the op that recorded most of those. Counted here, by one scan of the tape, so that
+   recording pays only a comparison. If the per-label counts cannot be allocated, the
+   message names only the op that recorded most. */
+static void pass_full(rg_ctx *ctx, rg_op op) {
+  if (ctx->err != RG_OK) { /* the message would not be kept: spare the scan */
+    rg__fail(ctx, RG_ERR_OOM, rg_optab[op].name, "this pass is full");
+    return;
+  }
+  uint32_t *per = rg__calloc(ctx, ctx->nlabels, sizeof *per), top = 0;
+  for (size_t k = 0; per && k < ctx->n_nodes; k++) per[ctx->nodes[k].label]++;
+  for (uint32_t l = 1; per && l < ctx->nlabels; l++)
+    if (per[l] > per[top]) top = l;
+  size_t by_op[RG_OP_COUNT] = {0};
+  rg_op most = op;
+  for (size_t k = 0; k < ctx->n_nodes; k++) {
+    const rg_node *n = &ctx->nodes[k];
+    if (per && n->label != top) continue;
+    if (++by_op[n->op] > by_op[most]) most = (rg_op)n->op;
+  }
+  char site[512];
+  const char *lab = rg__label_str(ctx, top);
+  if (per)
+    snprintf(site, sizeof site, "most were recorded under %s%s%s (%zu), %zu of them by %s",
+             *lab ? "[" : "no label", lab, *lab ? "]" : "", (size_t)per[top], by_op[most],
+             rg_optab[most].name);
+  else
+    snprintf(site, sizeof site, "%zu of them by %s", by_op[most], rg_optab[most].name);
+  rg__free(ctx, per);
+  rg__fail(ctx, RG_ERR_OOM, rg_optab[op].name,
+           "this pass has recorded %zu nodes, its bound (rg_options.max_pass_nodes), without "
+           "rg_step_begin or rg_reset; %s: call rg_step_begin once per step, or raise "
+           "max_pass_nodes", ctx->n_nodes, site);
+}
+
 rg_node *rg__record(rg_ctx *ctx, rg_op op) {
+  if (ctx->n_nodes >= ctx->opt.max_pass_nodes) {
+    pass_full(ctx, op);
+    return NULL;
+  }
   size_t cap = ctx->cap_nodes;
   if (!rg__grow(ctx, (void **)&ctx->nodes, sizeof *ctx->nodes, ctx->n_nodes + 1, &cap)) {
     rg__fail(ctx, RG_ERR_OOM, rg_optab[op].name, "out of host memory for the queue");
