@@ -503,16 +503,58 @@ RG_API rg_optim *rg_optim_sgd(rg_ctx *ctx, const rg_sgd_options *opt);
    update is skipped and weights and moments stay bit-identical. Not a barrier. */
 RG_API rg_status rg_optim_step(rg_optim *opt);
 /* Records a new learning rate; it lives in device memory, so the recorded graph does
-   not change (a 4-byte upload, counted as RG_SITE_OPTIM). */
+   not change (a 4-byte upload, counted as RG_SITE_OPTIM). Refused (MISUSE) while a
+   schedule is set: clear it first with rg_optim_set_schedule(opt, NULL). */
 RG_API rg_status rg_optim_set_lr(rg_optim *opt, float lr);
 /* Steps taken so far (a barrier: the count lives on the device). */
 RG_API int64_t rg_optim_steps(rg_optim *opt);
+/* The learning rate in force (a barrier: it lives on the device): the rate the last step
+   used under a schedule, else the rate of creation or of the last rg_optim_set_lr. -1 if
+   opt is unusable or the read fails. */
+RG_API float rg_optim_lr(rg_optim *opt);
+
+/* Learning-rate schedules, computed on the device. The rate of update s (0-based: s is
+   rg_optim_steps before the step, so an update skipped for a non-finite gradient norm
+   counts none and changes no rate), with lr the peak rate, is:
+     warm-up, s < warmup:  ONECYCLE: start_lr + (lr - start_lr) s / warmup
+                           the others: lr (s + 1) / warmup
+     then CONSTANT:        lr
+          STEP:            lr gamma^floor((s - warmup) / step_size)
+          COSINE, ONECYCLE: min_lr + (lr - min_lr) (1 + cos(pi (s - warmup) / (total -
+                           warmup))) / 2 for s < total, min_lr from update total on.
+   Computed in float on both backends (within a few ulp of these formulas in exact
+   arithmetic). Fields a kind does not read are ignored. */
+typedef enum rg_sched_kind {
+  RG_SCHED_CONSTANT, RG_SCHED_COSINE, RG_SCHED_STEP, RG_SCHED_ONECYCLE
+} rg_sched_kind;
+typedef struct rg_schedule {
+  rg_sched_kind kind;
+  float lr;          /* the peak rate, finite and > 0 */
+  float min_lr;      /* COSINE, ONECYCLE: the final rate, in [0, lr] */
+  float start_lr;    /* ONECYCLE: the first rate, in [0, lr] */
+  float gamma;       /* STEP: the factor every step_size updates, in (0, 1] */
+  int64_t warmup;    /* updates of warm-up, in [0, 2^31) */
+  int64_t total;     /* COSINE, ONECYCLE: the update that reaches min_lr, in (warmup, 2^31) */
+  int64_t step_size; /* STEP: updates per factor of gamma, in [1, 2^31) */
+} rg_schedule;
+/* Sets opt's schedule (copied), or clears it (s == NULL). From then on every
+   rg_optim_step first records the rate of its update, computed on the device from the
+   device's step count: no upload per step, and a captured step replays with each step's
+   rate. The schedule is host state of opt, not saved by rg_save: after rg_load set it
+   again and the rate continues from the loaded step count. Clearing keeps the last rate
+   used until rg_optim_set_lr. Invalid fields: MISUSE naming the field, nothing changed.
+   Not a barrier; records nothing. */
+RG_API rg_status rg_optim_set_schedule(rg_optim *opt, const rg_schedule *s);
 /* Records: total L2 norm of every parameter gradient; scales the gradients by
    max_norm/(norm+1e-6) when that is below 1 (as PyTorch). A non-finite norm leaves the
    gradients alone, makes the next rg_optim_step skip its update (weights, moments and
    step count bit-identical) and makes the barrier that runs it report RG_ERR_NONFINITE:
    rg_read/rg_item still deliver their value and return RG_ERR_NONFINITE. No host read. */
 RG_API rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm);
+/* Records: every element of every parameter gradient clamped to [-max_abs, max_abs]
+   (as PyTorch's clip_grad_value_; a NaN stays NaN). max_abs > 0, else MISUSE. Not a
+   barrier; no host read. */
+RG_API rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs);
 /* Barrier (queued steps refer to opt), then frees the optimizer. NULL is fine. Its state
    stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
@@ -661,7 +703,7 @@ typedef enum rg_site {
   RG_SITE_INPUT,      /* rg_input (up) */
   RG_SITE_WRITE,      /* rg_write (up) */
   RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
-  RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads (up/down) */
+  RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads, rg_optim_lr (up/down) */
   RG_SITE_READ,       /* rg_read, rg_item (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
   RG_SITE_RNG,        /* dropout's step counter, 8 bytes up in a step that uses dropout */

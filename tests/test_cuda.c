@@ -731,6 +731,22 @@ static void run_training(void) {
   for (int d = 0; d < 2; d++) CHECK_ST(ctx[d], rg_close(ctx[d]), RG_OK);
 }
 
+/* Step s of run_optim's and run_schedule's model: a new pass, its batch, the loss and
+   its backward (gradients zeroed first); returns the loss. */
+static rg_tensor mlp_step(rg_ctx *c, rg_tensor w1, rg_tensor b1, rg_tensor w2, int s) {
+  float x[6 * 12];
+  int32_t y[6];
+  for (int i = 0; i < 6 * 12; i++) x[i] = (float)sin(i * 0.37 + 2 * s);
+  for (int i = 0; i < 6; i++) y[i] = (i * 2 + s) % 5;
+  rg_step_begin(c);
+  rg_zero_grad(c);
+  rg_tensor h = rg_gelu(c, rg_linear(c, rg_input(c, RG_F32, D2(6, 12), x), w1, b1));
+  rg_tensor l = rg_cross_entropy(c, rg_linear(c, h, w2, RG_NONE),
+                                 rg_input(c, RG_I32, 1, (int64_t[]){6}, y));
+  rg_backward(c, l);
+  return l;
+}
+
 /* The optimizer's nodes: S steps of an MLP, each on its own batch, that zero the
    gradients first (a ZERO_LIST: no step right before it to fold into), clip them and
    step AdamW or SGD with momentum. With dist the CUDA context is rank 0 of a world of
@@ -758,16 +774,7 @@ static void run_optim(const char *name, int sgd, int dist, const rg_op *ops) {
     if (d && dist) CHECK_ST(c, rg_dist_init(c, &(rg_dist_options){.world_size = 1}), RG_OK);
     nccl |= d && dist && c->be->dist_open;
     for (int s = 0; s < S; s++) {
-      float x[6 * 12];
-      int32_t y[6];
-      for (int i = 0; i < 6 * 12; i++) x[i] = (float)sin(i * 0.37 + 2 * s);
-      for (int i = 0; i < 6; i++) y[i] = (i * 2 + s) % 5;
-      rg_step_begin(c);
-      rg_zero_grad(c);
-      rg_tensor h = rg_gelu(c, rg_linear(c, rg_input(c, RG_F32, D2(6, 12), x), w1, b1));
-      rg_tensor l = rg_cross_entropy(c, rg_linear(c, h, w2, RG_NONE),
-                                     rg_input(c, RG_I32, 1, (int64_t[]){6}, y));
-      rg_backward(c, l);
+      rg_tensor l = mlp_step(c, w1, b1, w2, s);
       rg_clip_grad_norm(c, 1.0f);
       rg_optim_step(opt);
       covers_note(c, 0, seen);
@@ -787,6 +794,68 @@ static void run_optim(const char *name, int sgd, int dist, const rg_op *ops) {
   printf("%-12s %s  loss error %.3g, weight error %.3g after %d steps%s\n", name,
          e < 1e-5 && ew < 1e-5 && (miss == RG_OP_COUNT || unrecorded) ? "PASS" : "FAIL", e,
          ew, S, unrecorded ? " (no NCCL in this build: no ALLREDUCE to compare)" : "");
+}
+
+/* A schedule's rate computed on the device: S identical AdamW steps under a cosine
+   schedule with warm-up, gradients clipped by value and by norm, are captured once and
+   replayed for every later step (1 capture, S - 2 replays), and each step's rate
+   (rg_optim_lr) equals the host formula within 1e-6 on both backends; losses and weights
+   agree as in run_optim's case. */
+static void run_schedule(const rg_op *ops) {
+  if (!want("schedule")) return;
+  enum { S = 24 };
+  rg_schedule q = {.kind = RG_SCHED_COSINE, .lr = 2e-2f, .min_lr = 1e-4f, .warmup = 4,
+                   .total = 20};
+  float loss[2][S], w[2][24 * 12];
+  double worst = 0;
+  unsigned char seen[RG_OP_COUNT] = {0};
+  rg_stats st = {0};
+  for (int d = 0; d < 2; d++) {
+    rg_ctx *c = NULL;
+    rg_open(&c, &(rg_options){.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU, .quiet = 1,
+                              .seed = 7});
+    CHECK(c != NULL, "schedule: could not open the %s context", d ? "CUDA" : "CPU");
+    if (!c) return;
+    rg_tensor w1 = rg_param(c, "w1", RG_F32, D2(24, 12), normal(0.3f));
+    rg_tensor b1 = rg_param(c, "b1", RG_F32, 1, (int64_t[]){24}, normal(0.1f));
+    rg_tensor w2 = rg_param(c, "w2", RG_F32, D2(5, 24), normal(0.3f));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1.0f, .weight_decay = 0.1f});
+    CHECK_ST(c, rg_optim_set_schedule(opt, &q), RG_OK);
+    for (int s = 0; s < S; s++) {
+      rg_tensor l = mlp_step(c, w1, b1, w2, s);
+      rg_clip_grad_value(c, 0.05f);
+      rg_clip_grad_norm(c, 1.0f);
+      rg_optim_step(opt);
+      covers_note(c, 0, seen);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+      double pi = 3.14159265358979323846, want_lr =
+          s < q.warmup ? (double)q.lr * (s + 1) / (double)q.warmup
+          : s >= q.total ? (double)q.min_lr
+          : q.min_lr + ((double)q.lr - q.min_lr) *
+                (1 + cos(pi * (double)(s - q.warmup) / (double)(q.total - q.warmup))) / 2;
+      worst = fmax(worst, fabs(rg_optim_lr(opt) - want_lr) / want_lr);
+    }
+    CHECK_ST(c, rg_read(c, w1, w[d], sizeof w[d]), RG_OK);
+    if (d) rg_stats_get(c, &st);
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  rg_op miss = covers_missing(ops, seen);
+  CHECK(miss == RG_OP_COUNT, "schedule: its RG_COVERS list has op %s, which its tapes lack",
+        miss < RG_OP_COUNT ? rg_optab[miss].kernel : "");
+  double e = nerr(loss[1], loss[0], S), ew = nerr(w[1], w[0], 24 * 12);
+  int graphs = st.graph_captures == 1 && st.graph_replays == S - 2;
+  CHECK(graphs, "schedule: %llu captures, %llu replays over %d identical steps (want 1, %d); "
+        "last miss: %s", (unsigned long long)st.graph_captures,
+        (unsigned long long)st.graph_replays, S, S - 2, st.graph_miss_reason);
+  CHECK(worst <= 1e-6, "schedule: rates off the formula by %.3g relative", worst);
+  CHECK(e < 1e-5 && ew < 1e-5, "schedule: loss error %.3g, weight error %.3g", e, ew);
+  printf("%-12s %s  %llu capture, %llu replays; rate error %.3g; loss error %.3g, weight "
+         "error %.3g\n", "schedule",
+         graphs && worst <= 1e-6 && e < 1e-5 && ew < 1e-5 && miss == RG_OP_COUNT ? "PASS"
+                                                                               : "FAIL",
+         (unsigned long long)st.graph_captures, (unsigned long long)st.graph_replays, worst, e,
+         ew);
 }
 
 /* AdamW's four-wide path and its scalar tail (4099 and 3 x 4099 elements: chunks of 4096,
@@ -1190,6 +1259,7 @@ int main(int argc, char **argv) {
   run_optim("adamw", 0, 0, RG_COVERS(RG_OP_ZERO_LIST, RG_OP_CLIP, RG_OP_ADAMW));
   run_optim("sgd", 1, 0, RG_COVERS(RG_OP_ZERO_LIST, RG_OP_CLIP, RG_OP_SGD));
   run_optim("allreduce", 0, 1, RG_COVERS(RG_OP_ALLREDUCE));
+  run_schedule(RG_COVERS(RG_OP_LR_SCHEDULE, RG_OP_CLIP_VALUE));
   if (want("checkpoint")) run_checkpoint();
   if (want("graphs")) run_graphs();
   if (want("faults")) run_faults();

@@ -11,7 +11,10 @@
  * negative number, division by zero) skips the update with weights, moments and the step
  * count bit-identical and reports RG_ERR_NONFINITE at the barrier, and training goes on
  * (the gradients are zeroed by the rg_zero_grad after it all the same); rg_zero_grad right
- * after a step folds into it (no node), elsewhere records its own, and both zero.
+ * after a step folds into it (no node), elsewhere records its own, and both zero. Each
+ * learning-rate schedule's rate per step (rg_optim_lr) against its formula in double, with
+ * no upload for it; rg_optim_set_lr refused under a schedule; invalid schedules; a skipped
+ * update keeps the rate; rg_clip_grad_value clamps and keeps a NaN.
  * Exits non-zero on any failure.
  */
 #include "common.h"
@@ -470,6 +473,150 @@ static void many_params_case(void) {
   CHECK_ST(ctx, rg_close(ctx), RG_OK);
 }
 
+/* ---- learning-rate schedules ------------------------------------------------------------ */
+
+/* The rate of update s by resgrad.h's formulas, in double. */
+static double sched_ref(const rg_schedule *q, int64_t s) {
+  double lr = q->lr, mn = q->min_lr, st = q->start_lr, pi = 3.14159265358979323846;
+  int64_t w = q->warmup;
+  if (s < w)
+    return q->kind == RG_SCHED_ONECYCLE ? st + (lr - st) * (double)s / (double)w
+                                        : lr * (double)(s + 1) / (double)w;
+  if (q->kind == RG_SCHED_STEP) return lr * pow(q->gamma, (double)((s - w) / q->step_size));
+  if (q->kind == RG_SCHED_CONSTANT) return lr;
+  if (s >= q->total) return mn;
+  return mn + (lr - mn) * (1 + cos(pi * (double)(s - w) / (double)(q->total - w))) / 2;
+}
+
+/* Plain SGD under schedule q for n steps: after each, rg_optim_lr is the rate of that
+   update, equal to the host formula within
+   1e-6, and the weights moved by that rate. A step after the first (which uploads
+   rg_backward's seed once) uploads its batch and nothing else: the rate is computed on
+   the device. */
+static void schedule_case(const char *what, rg_schedule q, int n) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 5});
+  if (!ctx) return;
+  double w[N];
+  rg_tensor tw = make_w(ctx, w);
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 1.0f});
+  CHECK_ST(ctx, rg_optim_set_schedule(opt, &q), RG_OK);
+  int bad_rate = -1, bad_w = -1, bad_up = -1;
+  double worst = 0;
+  for (int s = 0; s < n; s++) {
+    float c[N], wf[N];
+    grad_of(s, c);
+    rg_stats a, b;
+    rg_stats_get(ctx, &a);
+    linear_step(ctx, tw, opt, c);
+    rg_stats_get(ctx, &b);
+    if (s > 0 && b.up.count - a.up.count != 1 && bad_up < 0) bad_up = s; /* 0: + seed */
+    float lr = rg_optim_lr(opt);
+    double want = sched_ref(&q, s), e = fabs(lr - want) / fmax(fabs(want), 1e-30);
+    worst = fmax(worst, e);
+    if (e > 1e-6 && bad_rate < 0) bad_rate = s;
+    CHECK_ST(ctx, rg_read(ctx, tw, wf, sizeof wf), RG_OK);
+    for (int i = 0; i < N; i++) {
+      if (!close_to(wf[i], w[i] - (double)lr * c[i], 2e-6) && bad_w < 0) bad_w = s;
+      w[i] = wf[i]; /* the next update starts from the library's weights */
+    }
+  }
+  CHECK(bad_rate < 0, "%s: the rate of update %d differs from the formula (worst relative "
+        "error %.3g)", what, bad_rate, worst);
+  CHECK(bad_w < 0, "%s: update %d did not move the weights by its rate", what, bad_w);
+  CHECK(bad_up < 0, "%s: step %d uploaded more than its batch", what, bad_up);
+  CHECK(rg_optim_steps(opt) == n, "%s: %lld steps, want %d", what,
+        (long long)rg_optim_steps(opt), n);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* rg_optim_set_lr is refused while a schedule is set and works again once it is cleared
+   (the last scheduled rate stays until then); invalid schedules are MISUSE naming the
+   field and change nothing; a step skipped for a non-finite norm keeps the rate. */
+static void schedule_rules_case(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 5});
+  if (!ctx) return;
+  double w[N];
+  rg_tensor tw = make_w(ctx, w);
+  rg_optim *opt = rg_optim_sgd(ctx, &(rg_sgd_options){.lr = 0.5f});
+  rg_schedule q = {.kind = RG_SCHED_STEP, .lr = 0.2f, .gamma = 0.5f, .step_size = 1};
+  CHECK_ST(ctx, rg_optim_set_schedule(opt, &q), RG_OK);
+  struct { rg_schedule s; const char *field; } bad[] = {
+      {{.kind = (rg_sched_kind)7, .lr = 1}, "kind"},
+      {{.kind = RG_SCHED_CONSTANT, .lr = 0}, "lr"},
+      {{.kind = RG_SCHED_CONSTANT, .lr = 1, .warmup = -1}, "warmup"},
+      {{.kind = RG_SCHED_COSINE, .lr = 1, .min_lr = 2, .total = 5}, "min_lr"},
+      {{.kind = RG_SCHED_COSINE, .lr = 1, .warmup = 5, .total = 5}, "total"},
+      {{.kind = RG_SCHED_ONECYCLE, .lr = 1, .start_lr = -1, .total = 5}, "start_lr"},
+      {{.kind = RG_SCHED_STEP, .lr = 1, .gamma = 0, .step_size = 1}, "gamma"},
+      {{.kind = RG_SCHED_STEP, .lr = 1, .gamma = 1, .step_size = 0}, "step_size"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    CHECK_ST(ctx, rg_optim_set_schedule(opt, &bad[i].s), RG_ERR_MISUSE);
+    CHECK(msg_has(ctx, bad[i].field), "bad schedule %zu: the message must name %s: %s", i,
+          bad[i].field, rg_errmsg(ctx));
+    rg_clear_error(ctx);
+  }
+  float c[N];
+  grad_of(0, c);
+  linear_step(ctx, tw, opt, c);
+  linear_step(ctx, tw, opt, c); /* still the valid schedule: 0.2, then 0.1 */
+  CHECK(rg_optim_lr(opt) == 0.1f, "rate after two steps %g, want 0.1", rg_optim_lr(opt));
+  /* a non-finite norm skips the update: the step count and the rate stay */
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  int64_t n = N;
+  float inf[N] = {INFINITY, 0, 0, 0, 0};
+  rg_tensor loss = rg_sum(ctx, rg_mul(ctx, tw, rg_input(ctx, RG_F32, 1, &n, inf)), RG_ALL_AXES, 0);
+  CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+  CHECK_ST(ctx, rg_clip_grad_norm(ctx, 1.0f), RG_OK);
+  CHECK_ST(ctx, rg_optim_step(opt), RG_OK);
+  CHECK_ST(ctx, rg_zero_grad(ctx), RG_OK);
+  CHECK_ST(ctx, rg_sync(ctx), RG_ERR_NONFINITE);
+  rg_clear_error(ctx);
+  CHECK(rg_optim_steps(opt) == 2 && rg_optim_lr(opt) == 0.1f, "a skipped update: %lld "
+        "steps, rate %g; want 2, 0.1", (long long)rg_optim_steps(opt), rg_optim_lr(opt));
+  CHECK_ST(ctx, rg_optim_set_lr(opt, 0.3f), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "rg_optim_set_schedule(opt, NULL)"), "set_lr's refusal must say how to "
+        "clear the schedule: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_optim_set_schedule(opt, NULL), RG_OK);
+  CHECK(rg_optim_lr(opt) == 0.1f, "clearing the schedule changed the rate to %g",
+        rg_optim_lr(opt));
+  CHECK_ST(ctx, rg_optim_set_lr(opt, 0.3f), RG_OK);
+  CHECK(rg_optim_lr(opt) == 0.3f, "rg_optim_set_lr after clearing: %g", rg_optim_lr(opt));
+  CHECK(rg_optim_lr(NULL) == -1, "rg_optim_lr(NULL) must be -1");
+  CHECK(rg_optim_set_schedule(NULL, &q) == RG_ERR_MISUSE, "set_schedule(NULL opt)");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
+/* rg_clip_grad_value clamps every gradient element to [-max_abs, max_abs], keeps a NaN,
+   and refuses max_abs <= 0 or NaN. */
+static void clip_value_case(void) {
+  rg_ctx *ctx = open_cpu_opts((rg_options){.seed = 5});
+  if (!ctx) return;
+  int64_t n = N, two = 2;
+  rg_tensor w = rg_param(ctx, "w", RG_F32, 1, &n, (rg_init){RG_INIT_UNIFORM, -1, 1});
+  rg_tensor u = rg_param(ctx, "u", RG_F32, 1, &two, (rg_init){RG_INIT_UNIFORM, -1, 1});
+  float c[N] = {3.0f, -0.25f, -7.0f, 0.75f, NAN}, cu[2] = {-0.5f, 2.0f};
+  CHECK_ST(ctx, rg_step_begin(ctx), RG_OK);
+  rg_tensor l = rg_sum(ctx, rg_mul(ctx, w, rg_input(ctx, RG_F32, 1, &n, c)), RG_ALL_AXES, 0);
+  l = rg_add(ctx, l, rg_sum(ctx, rg_mul(ctx, u, rg_input(ctx, RG_F32, 1, &two, cu)),
+                             RG_ALL_AXES, 0));
+  CHECK_ST(ctx, rg_backward(ctx, l), RG_OK);
+  CHECK_ST(ctx, rg_clip_grad_value(ctx, 1.0f), RG_OK);
+  float g[N], gu[2];
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, w), g, sizeof g), RG_OK);
+  CHECK_ST(ctx, rg_read(ctx, rg_grad(ctx, u), gu, sizeof gu), RG_OK);
+  CHECK(g[0] == 1 && g[1] == -0.25f && g[2] == -1 && g[3] == 0.75f && isnan(g[4]) &&
+            gu[0] == -0.5f && gu[1] == 1,
+        "clipped by value: %g %g %g %g %g | %g %g", g[0], g[1], g[2], g[3], g[4], gu[0], gu[1]);
+  CHECK_ST(ctx, rg_clip_grad_value(ctx, 0), RG_ERR_MISUSE);
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_clip_grad_value(ctx, NAN), RG_ERR_MISUSE);
+  rg_clear_error(ctx);
+  CHECK(rg_clip_grad_value(NULL, 1) == RG_ERR_MISUSE, "rg_clip_grad_value(NULL)");
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 int main(void) {
   adamw_case((rg_adamw_options){.lr = 0.05f, .weight_decay = 0.1f}, 6);
   adamw_case((rg_adamw_options){.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f}, 6);
@@ -487,5 +634,17 @@ int main(void) {
   nonfinite_case(0, 1);
   zero_fold_case();
   many_params_case();
+  schedule_case("constant", (rg_schedule){.kind = RG_SCHED_CONSTANT, .lr = 0.05f, .warmup = 3}, 8);
+  schedule_case("cosine", (rg_schedule){.kind = RG_SCHED_COSINE, .lr = 0.1f, .warmup = 5,
+                                        .total = 40}, 45);
+  schedule_case("cosine-min", (rg_schedule){.kind = RG_SCHED_COSINE, .lr = 0.03f,
+                                            .min_lr = 0.001f, .total = 20}, 23);
+  schedule_case("step", (rg_schedule){.kind = RG_SCHED_STEP, .lr = 0.1f, .gamma = 0.5f,
+                                      .warmup = 2, .step_size = 3}, 14);
+  schedule_case("onecycle", (rg_schedule){.kind = RG_SCHED_ONECYCLE, .lr = 0.1f,
+                                          .start_lr = 0.004f, .min_lr = 1e-5f, .warmup = 6,
+                                          .total = 30}, 34);
+  schedule_rules_case();
+  clip_value_case();
   return finish();
 }

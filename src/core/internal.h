@@ -101,6 +101,9 @@ struct rg_optim {
   rg_list params, grads, m, v; /* m: AdamW first moment or SGD momentum; v: AdamW */
   rg_list shadow;      /* each parameter's BF16 shadow, written by the step too, or 0 */
   uint32_t hyper, step;
+  bool scheduled;      /* rg_optim_set_schedule: each step records an LR_SCHEDULE node */
+  int64_t sched_i[4];  /* its node fields (ops.h): kind, warmup, total, step_size */
+  float sched_f[4];    /* lr, min_lr, start_lr, gamma */
   rg_optim *next;      /* ctx's list, so rg_close frees forgotten optimizers */
 };
 

@@ -152,6 +152,14 @@
  *            then zero the gradients (rg_zero_grad right after the step folds its
  *            ZERO_LIST in), also when the update is skipped for a non-finite norm, not
  *            after a failure. SGD likewise.
+ *  LR_SCHEDULE in[0] = an optimizer's hyper (F32[8]), in[1] its step count (I32[1]),
+ *            in[2] = clip state or 0; i[] = kind, warmup, total, step_size; f[] = lr,
+ *            min_lr, start_lr, gamma (rg_schedule). hyper[RG_H_LR] = rg__sched_rate of the
+ *            step count, unless the clip state says the update that follows is skipped.
+ *            Recorded by rg_optim_step before the update, so a replayed graph computes
+ *            each step's rate on the device.
+ *  CLIP_VALUE aux = rg_list of gradients; f[0] = max_abs. Each element clamped to
+ *            [-max_abs, max_abs]; a NaN stays NaN.
  *  ALLREDUCE aux = rg_list of parameter gradients (F32), replaced by their average over
  *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
  *            i[1] = its bytes. Recorded by rg_backward only when there is more than one
@@ -241,6 +249,8 @@ enum {
   X(CLIP, clip, "rg_clip_grad_norm", 1, 0,           RG_F_BF16 | RG_F_LIST)     \
   X(ADAMW, adamw, "rg_optim_step", 1, 0,             RG_F_BF16 | RG_F_OPTIM)    \
   X(SGD, sgd, "rg_optim_step", 1, 0,                 RG_F_BF16 | RG_F_OPTIM)    \
+  X(LR_SCHEDULE, lr_schedule, "rg_optim_step", 3, 0, 0)                        \
+  X(CLIP_VALUE, clip_value, "rg_clip_grad_value", 0, 0, RG_F_BF16 | RG_F_LIST)  \
   X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM)
 
 typedef enum rg_op {

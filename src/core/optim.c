@@ -1,15 +1,21 @@
 /*
- * optim.c - AdamW and SGD over every parameter, gradient clipping.
+ * optim.c - AdamW and SGD over every parameter, learning-rate schedules, gradient
+ * clipping.
  *
  * Invariants: an optimizer's state (moments, hyperparameters, step count) lives in the
  * persistent pool, so a step records one fused node whose scalars are read from device
  * memory: changing the learning rate or counting steps never changes the recorded graph.
+ * A schedule is host state of the optimizer baked into an LR_SCHEDULE node before each
+ * update, which computes the rate from the device step count: the same node every step.
  * A non-finite gradient norm found by rg_clip_grad_norm makes the next update skip, with
  * weights, moments and the step count bit-identical. A step also rounds each updated
  * parameter into its BF16 shadow, if it has one (rg_options.bf16, shadow.c), so the next
  * forward pass reads it without a cast.
  */
 #include "internal.h"
+
+#include <math.h>
+#include <string.h>
 
 static rg_status new_state(rg_ctx *ctx, rg_list *l, int n, bool make) {
   l->ref = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *l->ref);
@@ -102,7 +108,13 @@ rg_status rg_optim_step(rg_optim *o) {
   rg_status st = usable(o, "rg_optim_step");
   if (st != RG_OK) return st;
   rg_ctx *ctx = o->ctx;
-  uint32_t in[RG_MAX_IN] = {ctx->clip_pending ? ctx->clip : 0, 0, 0, 0};
+  uint32_t clip = ctx->clip_pending ? ctx->clip : 0;
+  if (o->scheduled) { /* the rate of this update, from the step count, before it */
+    uint32_t sin[RG_MAX_IN] = {o->hyper, o->step, clip, 0};
+    st = rg__emit(ctx, RG_OP_LR_SCHEDULE, sin, NULL, o->sched_i, o->sched_f, NULL, NULL);
+    if (st != RG_OK) return st;
+  }
+  uint32_t in[RG_MAX_IN] = {clip, 0, 0, 0};
   ctx->clip_pending = 0;
   st = rg__emit(ctx, o->kind == RG_OPT_ADAMW ? RG_OP_ADAMW : RG_OP_SGD, in, NULL, NULL, NULL,
                 o, NULL);
@@ -117,6 +129,9 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   rg_ctx *ctx = o->ctx;
   if (!(lr > 0))
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_lr", "lr %g must be > 0", lr);
+  if (o->scheduled)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_lr", "a schedule sets the rate of "
+                    "every step; clear it with rg_optim_set_schedule(opt, NULL) first");
   float *stage = rg__stage_copy(ctx, &lr, sizeof lr);
   if (!stage) return rg__fail(ctx, RG_ERR_OOM, "rg_optim_set_lr", "out of staging memory");
   if (!rg__record(ctx, RG_OP_UPLOAD)) return ctx->last;
@@ -137,6 +152,68 @@ int64_t rg_optim_steps(rg_optim *o) {
   if (ctx->be->download(ctx, &s, rg__t(ctx, o->step)->data, 4) != RG_OK) return -1;
   rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_OPTIM], 4);
   return s;
+}
+
+float rg_optim_lr(rg_optim *o) {
+  if (usable(o, "rg_optim_lr") != RG_OK) return -1;
+  rg_ctx *ctx = o->ctx;
+  rg__drain(ctx, RG_DRAIN_READ);
+  float lr = 0;
+  if (ctx->be->download(ctx, &lr, (char *)rg__t(ctx, o->hyper)->data + RG_H_LR * 4, 4) != RG_OK)
+    return -1;
+  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_OPTIM], 4);
+  return lr;
+}
+
+/* The device step count is I32, so the schedule's lengths stay below 2^31. */
+#define SCHED_MAX 2147483647
+
+rg_status rg_optim_set_schedule(rg_optim *o, const rg_schedule *s) {
+  rg_status st = usable(o, "rg_optim_set_schedule");
+  if (st != RG_OK) return st;
+  rg_ctx *ctx = o->ctx;
+  if (!s) {
+    o->scheduled = false;
+    return RG_OK;
+  }
+  const char *bad = NULL;
+  bool decays = s->kind == RG_SCHED_COSINE || s->kind == RG_SCHED_ONECYCLE;
+  if ((unsigned)s->kind > RG_SCHED_ONECYCLE)
+    bad = "kind must be RG_SCHED_CONSTANT, _COSINE, _STEP or _ONECYCLE";
+  else if (!(s->lr > 0) || !isfinite(s->lr))
+    bad = "lr must be finite and > 0";
+  else if (s->warmup < 0 || s->warmup > SCHED_MAX)
+    bad = "warmup must be in [0, 2^31)";
+  else if (decays && !(s->min_lr >= 0 && s->min_lr <= s->lr))
+    bad = "min_lr must be in [0, lr]";
+  else if (decays && (s->total <= s->warmup || s->total > SCHED_MAX))
+    bad = "total must be in (warmup, 2^31)";
+  else if (s->kind == RG_SCHED_ONECYCLE && !(s->start_lr >= 0 && s->start_lr <= s->lr))
+    bad = "start_lr must be in [0, lr]";
+  else if (s->kind == RG_SCHED_STEP && !(s->gamma > 0 && s->gamma <= 1))
+    bad = "gamma must be in (0, 1]";
+  else if (s->kind == RG_SCHED_STEP && (s->step_size < 1 || s->step_size > SCHED_MAX))
+    bad = "step_size must be in [1, 2^31)";
+  if (bad)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_optim_set_schedule", "%s (the schedule is "
+                    "unchanged)", bad);
+  int64_t i[4] = {s->kind, s->warmup, decays ? s->total : 0,
+                  s->kind == RG_SCHED_STEP ? s->step_size : 0};
+  float f[4] = {s->lr, decays ? s->min_lr : 0, s->kind == RG_SCHED_ONECYCLE ? s->start_lr : 0,
+                s->kind == RG_SCHED_STEP ? s->gamma : 0};
+  memcpy(o->sched_i, i, sizeof i);
+  memcpy(o->sched_f, f, sizeof f);
+  o->scheduled = true;
+  return RG_OK;
+}
+
+rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs) {
+  if (!ctx) return RG_ERR_MISUSE;
+  if (!(max_abs > 0))
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_clip_grad_value", "max_abs %g must be > 0",
+                    max_abs);
+  float fv[4] = {max_abs, 0, 0, 0};
+  return rg__emit(ctx, RG_OP_CLIP_VALUE, NULL, NULL, NULL, fv, &ctx->zero_list, NULL);
 }
 
 rg_status rg_clip_grad_norm(rg_ctx *ctx, float max_norm) {

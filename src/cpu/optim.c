@@ -1,6 +1,7 @@
 /*
  * optim.c - CPU kernels that update tensors in place: gradient accumulation, zeroing a
- * list of gradients, global-norm clipping, and the fused AdamW and SGD steps.
+ * list of gradients, global-norm and per-value clipping, the fused AdamW and SGD steps
+ * and the learning-rate schedule's rate.
  *
  * Invariants:
  *  - These ops have no output; in[0] (or the tensors named by aux) is modified, in queue
@@ -15,6 +16,7 @@
  *    the arithmetic and rounded back (round to nearest even).
  */
 #include "cpu.h"
+#include "../core/sched.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,7 +139,40 @@ rg_status rg_cpu_clip(rg_kargs *k) {
   return RG_OK;
 }
 
+/* Clamps to [-m, m]; the comparisons keep a NaN (as fminf/fmaxf would not). */
+static void clamp_tensor(const rg_tv *g, float m, int threads) {
+  (void)threads; /* read only by OpenMP pragmas */
+  int64_t n = g->n, nc = nchunks(n);
+#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
+  for (int64_t c = 0; c < nc; c++) {
+    for (int64_t i = c * CHUNK; i < min64(n, (c + 1) * CHUNK); i++) {
+      float v = ld(g->p, g->dtype, i);
+      st(g->p, g->dtype, i, v > m ? m : v < -m ? -m : v);
+    }
+  }
+}
+
+rg_status rg_cpu_clip_value(rg_kargs *k) {
+  const rg_list *l = k->node->aux;
+  for (int i = 0; i < l->n; i++) {
+    rg_tv g = view_of(k, l->ref[i]);
+    if (g.p) clamp_tensor(&g, k->node->f[0], nthreads(k));
+  }
+  return RG_OK;
+}
+
 /* ---- optimizers -------------------------------------------------------------------------- */
+
+/* The rate of the update that follows, from the step count before it; nothing when that
+   update is skipped (in[2], the clip state, says a non-finite norm). The step count is
+   read unsigned, as bump_step adds. */
+rg_status rg_cpu_lr_schedule(rg_kargs *k) {
+  const float *state = k->in[2].p;
+  if (state && state[1] != 0.f) return RG_OK;
+  float *h = k->in[0].p;
+  h[RG_H_LR] = rg__sched_rate(k->node->i, k->node->f, (uint32_t)*(const int32_t *)k->in[1].p);
+  return RG_OK;
+}
 
 /* True when the clip state says this step must leave everything untouched. */
 static bool skipped(const rg_kargs *k) {

@@ -1,7 +1,8 @@
 /*
  * optim.cu - CUDA kernels that update tensors in place: gradient accumulation, zeroing a
- * list of gradients, global-norm clipping, and the fused AdamW and SGD steps (and, not
- * yet, the all-reduce of distributed training). Mirrors src/cpu/optim.c.
+ * list of gradients, global-norm and per-value clipping, the fused AdamW and SGD steps and
+ * the learning-rate schedule's rate (and, not yet, the all-reduce of distributed
+ * training). Mirrors src/cpu/optim.c.
  *
  * Invariants:
  *  - Nothing here reads device data on the host. The clip state, step count and
@@ -29,6 +30,7 @@
  *    updated value rounded the same way.
  */
 #include "cuda.h"
+#include "../core/sched.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -233,7 +235,36 @@ __global__ void clip_scale_k(mt_pack pk, const clip_hdr *h) {
     st(p, dt, e, __fmul_rn(ld(p, dt, e), coef));
 }
 
+/* Role 0, clamped to [-m, m] in place; the comparisons keep a NaN, as the CPU's do. */
+__global__ void clip_value_k(mt_pack pk, float m, const int *failed) {
+  if (*failed) return;
+  int64_t lo, hi;
+  int i = mt_locate(pk, &lo, &hi);
+  void *p = pk.p[0][i];
+  int dt = pk.dt[0][i];
+  for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
+    float v = ld(p, dt, e);
+    st(p, dt, e, v > m ? m : v < -m ? -m : v);
+  }
+}
+
 /* ---- optimizers -------------------------------------------------------------------------------- */
+
+/* The schedule's node fields, passed by value (they are constant while the schedule is,
+   so a captured graph holds them). */
+typedef struct sched_args {
+  int64_t i[4];
+  float f[4];
+} sched_args;
+
+/* One thread: the rate of the update that follows, from the step count before it (read
+   unsigned, as bump_step adds), unless the drain has failed or the clip state says the
+   update is skipped. */
+__global__ void lr_schedule_k(float *hyper, const int32_t *step, const float *state,
+                              sched_args a, const rg_cuda_err *err) {
+  if (err_code(err) != 0 || (state && state[1] != 0.f)) return;
+  hyper[RG_H_LR] = rg__sched_rate(a.i, a.f, (int64_t)(uint32_t)step[0]);
+}
 
 /* The per-step constants of AdamW, folded in double as PyTorch does on the host. */
 typedef struct adam_hdr {
@@ -400,30 +431,49 @@ rg_status rg_cuda_accum(rg_kargs *k) {
   return rg_cuda_check_launch(k, "accum");
 }
 
-rg_status rg_cuda_zero_list(rg_kargs *k) {
+/* The word gate_k sets in scratch when the drain has already failed (the kernels that
+   read it then change nothing), or NULL when the scratch cannot hold it (k->msg says). */
+static int *gate(rg_kargs *k) {
   rg_cuda_launch *L = rg_cuda_ctx(k);
-  const rg_list *l = (const rg_list *)k->node->aux;
   if (L->scratch_bytes < sizeof(int)) {
     snprintf(k->msg, k->msgcap, "needs %zu bytes of CUDA scratch, the backend has %zu",
              sizeof(int), L->scratch_bytes);
-    return RG_ERR_UNSUPPORTED;
+    return NULL;
   }
   int *failed = (int *)L->scratch;
   gate_k<<<1, 1, 0, L->stream>>>(L->err, failed);
+  return failed;
+}
+
+/* Packs the list's tensors that have elements as role 0, MT_MAX at a time in chunks of
+   `chunk`, and calls launch(pk) for each full pack and the last. size_only stores the
+   element size as the dtype (all that zeroing needs). */
+template <class Launch>
+static void each_pack(rg_kargs *k, const rg_list *l, int64_t chunk, bool size_only,
+                      Launch launch) {
   mt_pack pk;
-  mt_reset(&pk, MT_CHUNK);
+  mt_reset(&pk, chunk);
   for (int i = 0; i < l->n; i++) {
     rg_tv v = view_of(k, l->ref[i]);
     if (!v.p || v.n == 0) continue;
     const rg_tv *roles[MT_ROLES] = {&v, NULL, NULL, NULL, NULL};
     mt_add(&pk, roles);
-    pk.dt[0][pk.n - 1] = (int8_t)rg__dtype_size(v.dtype); /* zeroing needs only the size */
+    if (size_only) pk.dt[0][pk.n - 1] = (int8_t)rg__dtype_size(v.dtype);
     if (pk.n == MT_MAX) {
-      zero_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, failed);
-      mt_reset(&pk, MT_CHUNK);
+      launch(pk);
+      mt_reset(&pk, chunk);
     }
   }
-  if (pk.n) zero_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, failed);
+  if (pk.n) launch(pk);
+}
+
+rg_status rg_cuda_zero_list(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  int *failed = gate(k);
+  if (!failed) return RG_ERR_UNSUPPORTED;
+  each_pack(k, (const rg_list *)k->node->aux, MT_CHUNK, true, [&](const mt_pack &pk) {
+    zero_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, failed);
+  });
   return rg_cuda_check_launch(k, "zero_list");
 }
 
@@ -472,19 +522,31 @@ rg_status rg_cuda_clip(rg_kargs *k) {
     base += mt_blocks(&pk);
   }
   clip_final_k<<<1, 1024, 0, L->stream>>>(part, base, (double)k->node->f[0], state, h, L->err);
-  mt_reset(&pk, MT_CHUNK);
-  for (int i = 0; i < l->n; i++) {
-    rg_tv g = view_of(k, l->ref[i]);
-    if (!g.p || g.n == 0) continue;
-    const rg_tv *roles[MT_ROLES] = {&g, NULL, NULL, NULL, NULL};
-    mt_add(&pk, roles);
-    if (pk.n == MT_MAX) {
-      clip_scale_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
-      mt_reset(&pk, MT_CHUNK);
-    }
-  }
-  if (pk.n) clip_scale_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, h);
+  each_pack(k, l, MT_CHUNK, false, [&](const mt_pack &p) {
+    clip_scale_k<<<(unsigned)mt_blocks(&p), THREADS, 0, L->stream>>>(p, h);
+  });
   return rg_cuda_check_launch(k, "clip");
+}
+
+rg_status rg_cuda_clip_value(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  int *failed = gate(k);
+  if (!failed) return RG_ERR_UNSUPPORTED;
+  float m = k->node->f[0];
+  each_pack(k, (const rg_list *)k->node->aux, MT_CHUNK, false, [&](const mt_pack &pk) {
+    clip_value_k<<<(unsigned)mt_blocks(&pk), THREADS, 0, L->stream>>>(pk, m, failed);
+  });
+  return rg_cuda_check_launch(k, "clip_value");
+}
+
+rg_status rg_cuda_lr_schedule(rg_kargs *k) {
+  rg_cuda_launch *L = rg_cuda_ctx(k);
+  sched_args a;
+  memcpy(a.i, k->node->i, sizeof a.i);
+  memcpy(a.f, k->node->f, sizeof a.f);
+  lr_schedule_k<<<1, 1, 0, L->stream>>>((float *)k->in[0].p, (const int32_t *)k->in[1].p,
+                                        (const float *)k->in[2].p, a, L->err);
+  return rg_cuda_check_launch(k, "lr_schedule");
 }
 
 rg_status rg_cuda_adamw(rg_kargs *k) {
