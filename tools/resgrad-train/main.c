@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #define LR_FLOOR 0.1 /* cosine decay ends at this fraction of --lr */
-#define PI 3.14159265358979323846
 
 /* Set by the SIGINT handler; the training loop stops after the step in flight. */
 static volatile sig_atomic_t g_interrupted;
@@ -59,14 +58,16 @@ double now_s(void) {
 
 /* ---- the model and its steps ------------------------------------------------------------ */
 
-static float lr_at(const opts *o, int64_t step) {
-  double base = o->lr;
-  if (step < o->warmup) return (float)(base * (double)(step + 1) / (double)o->warmup);
-  double span = (double)(o->steps - o->warmup);
-  double x = span > 0 ? (double)(step - o->warmup) / span : 1.0;
-  if (x > 1) x = 1;
-  double lo = base * LR_FLOOR;
-  return (float)(lo + 0.5 * (base - lo) * (1.0 + cos(PI * x)));
+/* The learning rate: linear warm-up over --warmup steps, then cosine decay to LR_FLOOR x
+   --lr at --steps, computed on the device from the optimizer's step count (restored by
+   rg_load), so a step uploads no rate. A run of no more steps than its warm-up never
+   leaves it (total is then only past the warm-up, as the schedule requires). */
+int set_schedule(run *r) {
+  const opts *o = r->o;
+  rg_schedule q = {.kind = RG_SCHED_COSINE, .lr = o->lr, .min_lr = o->lr * (float)LR_FLOOR,
+                   .warmup = o->warmup, .total = o->steps > o->warmup ? o->steps : o->warmup + 1};
+  rg_status st = rg_optim_set_schedule(r->opt, &q);
+  return st == RG_OK ? 0 : rg_fail(r->ctx, st, "the learning-rate schedule");
 }
 
 rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int64_t B) {
@@ -77,11 +78,10 @@ rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int64_t B) 
                                : rg_gpt_loss(r->gpt, x, y);
 }
 
-rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float lr, float *loss) {
+rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float *loss) {
   rg_ctx *ctx = r->ctx;
   rg_status st = rg_step_begin(ctx);
   rg_tensor l = RG_NONE;
-  if (st == RG_OK) st = rg_optim_set_lr(r->opt, lr);
   if (st == RG_OK) {
     l = batch_loss(r, idx, tgt, r->o->batch);
     st = rg_backward(ctx, l);
@@ -245,7 +245,7 @@ static int train(run *r) {
     make_batch(&r->t, o->seed, s, r->rank * o->batch, o->batch, r->idx, r->tgt);
     rg_stats_get(r->ctx, &a);
     double t0 = now_s();
-    rg_status st = train_step(r, r->idx, r->tgt, lr_at(o, s), &loss);
+    rg_status st = train_step(r, r->idx, r->tgt, &loss);
     r->t_train += now_s() - t0;
     rg_stats_get(r->ctx, &b);
     if (st == RG_ERR_NONFINITE || (st == RG_OK && !isfinite(loss)))
@@ -367,7 +367,8 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   rg_adamw_options ao = {o->lr, 0.9f, 0.99f, 1e-8f, o->wd};
   r->opt = rg_optim_adamw(r->ctx, &ao);
   if (!r->opt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot make the optimizer");
-  return o->distributed && !dry ? join_ranks(r) : 0;
+  int rc = set_schedule(r);
+  return !rc && o->distributed && !dry ? join_ranks(r) : rc;
 }
 
 int close_model(run *r) {
@@ -449,6 +450,7 @@ static int run_all(opts *o, const unsigned char *given) {
   int rc = prepare(&r, &pass_budget, &persistent_budget);
   if (!rc) rc = open_model(&r, 0, pass_budget, persistent_budget);
   if (!rc && o->resume) rc = load_checkpoint(&r);
+  if (!rc && o->resume) rc = set_schedule(&r); /* the schedule is the optimizer's host state */
   if (!rc) rc = alloc_buffers(&r);
   if (!rc) rc = train(&r);
   if (!rc) rc = finish(&r);

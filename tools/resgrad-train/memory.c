@@ -60,7 +60,7 @@ static int dry_run(const run *r, int64_t B, need *out, size_t *avail) {
   if (!rows || !buf || !ans) errorf("out of memory sizing the run");
   if (!rc && r->t.ho_n) st = heldout_loss(&d, &x);
   for (int i = 0; !rc && st == RG_OK && i < 2 && trains(r); i++)
-    st = train_step(&d, rows, rows, o.lr, &x);
+    st = train_step(&d, rows, rows, &x);
   if (!rc && st == RG_OK && r->t.ho_n) st = heldout_loss(&d, &x);
   if (!rc && st == RG_OK && r->t.kind == TASK_ADD) {
     st = add_decode(&d, rows, n, buf, ans);

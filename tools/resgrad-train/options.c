@@ -176,7 +176,7 @@ static void print_help(FILE *f) {
     print_option(f, lhs, text);
   }
   fprintf(f, "\nexamples:\n"
-             "  " PROG "                      addition: about 50 s on 2 CPU cores\n"
+             "  " PROG "                      addition: under a minute on 2 CPU cores\n"
              "  " PROG " --steps 3000 --stop-at 1500 --save a.st\n"
              "  " PROG " --resume a.st --save a.st   finishes that run: steps 1500..3000\n"
              "  " PROG " --text book.txt --steps 2000 --sample 500 --plot loss.svg\n"

@@ -14,7 +14,8 @@
  *
  * Invariants:
  *  - the batch of step s is a pure function of (seed, s, rank) and the learning rate of
- *    step s a pure function of (s, --steps, --warmup, --lr); the optimizer state travels
+ *    step s a pure function of (s, --steps, --warmup, --lr), computed on the device from
+ *    the optimizer's step count (rg_optim_set_schedule); the optimizer state travels
  *    in the checkpoint. So N steps + --save + --resume for the rest gives the same losses,
  *    bit for bit, as one uninterrupted run (tests/test_train.c checks it).
  *  - evaluation never changes what training computes (no dropout, no shared RNG), so
@@ -187,9 +188,11 @@ int load_checkpoint(run *r);
 int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget);
 /* Frees the model and closes the context: 0, or EXIT_RUNTIME after saying why. */
 int close_model(run *r);
-/* Records one training step on rows idx, tgt [batch, T] at learning rate lr and reads
-   its loss (the step's one barrier). */
-rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float lr, float *loss);
+/* Sets the optimizer's learning-rate schedule from --lr, --warmup and --steps. */
+int set_schedule(run *r);
+/* Records one training step on rows idx, tgt [batch, T] and reads its loss (the step's
+   one barrier). */
+rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float *loss);
 /* Loss on the held-out batch, in evaluation mode. */
 rg_status heldout_loss(run *r, float *out);
 rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int64_t B);
