@@ -540,8 +540,9 @@ typedef struct rg_schedule {
 /* Sets opt's schedule (copied), or clears it (s == NULL). From then on every
    rg_optim_step first records the rate of its update, computed on the device from the
    device's step count: no upload per step, and a captured step replays with each step's
-   rate. The schedule is host state of opt, not saved by rg_save: after rg_load set it
-   again and the rate continues from the loaded step count. Clearing keeps the last rate
+   rate. The schedule is host state of opt, not saved by rg_save: rg_load keeps the one
+   set on opt (the rate continues from the loaded step count); a program that loads a
+   checkpoint into a new optimizer sets it again. Clearing keeps the last rate
    used until rg_optim_set_lr. Invalid fields: MISUSE naming the field, nothing changed.
    Not a barrier; records nothing. */
 RG_API rg_status rg_optim_set_schedule(rg_optim *opt, const rg_schedule *s);

@@ -270,7 +270,7 @@ static bool same_float(rg_ctx *ctx, const char *call, const uint32_t *in) {
 /* rg_options.bf16: each F32 ref in in[0..n) becomes a recorded rg_cast of it to BF16 (the
    factors and the bias of a product, attention's q, k and v; 0 refs stay 0). The cast is
    an ordinary node on the tape, so the operand's gradient comes back through it (in F32:
-   see CAST in autograd.c). A parameter becomes its BF16 shadow instead (optim.c): cast
+   see CAST in autograd.c). A parameter becomes its BF16 shadow instead (shadow.c): cast
    once, then rounded into by every optimizer step, so a training step casts no weights;
    its gradient goes to the parameter's. Called after every check, so a refused product
    records nothing. */
@@ -682,10 +682,7 @@ static uint32_t step_tensor(rg_ctx *ctx) {
   n->out[0] = ctx->rngstep;
   n->i[1] = sizeof(uint64_t);
   n->aux = stage;
-  ctx->st.up.count++;
-  ctx->st.up.bytes += sizeof(uint64_t);
-  ctx->st.up_site[RG_SITE_RNG].count++;
-  ctx->st.up_site[RG_SITE_RNG].bytes += sizeof(uint64_t);
+  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_RNG], sizeof(uint64_t));
   if (rg__commit(ctx, n) != RG_OK) return 0;
   ctx->rngstep_gen = ctx->pool[RG_POOL_PASS].gen;
   return ctx->rngstep;

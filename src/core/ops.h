@@ -98,7 +98,7 @@
  *            base + e) >= p; kept values scaled 1/(1-p).
  *  CAST      x -> out's dtype (F32<->BF16 round-nearest-even, F32<->I32 truncation).
  *            out may be a parameter's persistent BF16 shadow, written in place (the cast
- *            autocast records when the shadow is stale, optim.c).
+ *            autocast records when the shadow is stale, shadow.c).
  * Backward ops (recorded only by rg_backward):
  * Gradients are F32 (the forward tensors a backward op reads keep their dtype), but for
  * the outputs marked "or BF16" below: the gradient of a BF16 product's result, which

@@ -60,8 +60,9 @@ double now_s(void) {
 
 /* The learning rate: linear warm-up over --warmup steps, then cosine decay to LR_FLOOR x
    --lr at --steps, computed on the device from the optimizer's step count (restored by
-   rg_load), so a step uploads no rate. A run of no more steps than its warm-up never
-   leaves it (total is then only past the warm-up, as the schedule requires). */
+   rg_load, which keeps the schedule), so a step uploads no rate. A run of no more steps
+   than its warm-up never leaves it (total is then only past the warm-up, as the schedule
+   requires). */
 int set_schedule(run *r) {
   const opts *o = r->o;
   rg_schedule q = {.kind = RG_SCHED_COSINE, .lr = o->lr, .min_lr = o->lr * (float)LR_FLOOR,
@@ -450,7 +451,6 @@ static int run_all(opts *o, const unsigned char *given) {
   int rc = prepare(&r, &pass_budget, &persistent_budget);
   if (!rc) rc = open_model(&r, 0, pass_budget, persistent_budget);
   if (!rc && o->resume) rc = load_checkpoint(&r);
-  if (!rc && o->resume) rc = set_schedule(&r); /* the schedule is the optimizer's host state */
   if (!rc) rc = alloc_buffers(&r);
   if (!rc) rc = train(&r);
   if (!rc) rc = finish(&r);
