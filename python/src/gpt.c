@@ -1,0 +1,150 @@
+/*
+ * gpt.c - resgrad.nn.GPT's engine: the library's GPT (rg_gpt, resgrad_nn.h), whose
+ * parameters live in the context and whose forward pass records the fused ops.
+ */
+#include "ext.h"
+
+PyTypeObject *rgpy_GPT;
+
+typedef struct RgGPT {
+  PyObject_HEAD
+  RgContext *co;
+  rg_gpt *gpt;
+} RgGPT;
+
+static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *names[] = {"ctx", "vocab", "block", "layers", "width", "heads", "dropout",
+                          "prefix", NULL};
+  RgGPT *g = (RgGPT *)self;
+  PyObject *ctx;
+  long long v, t, l, c, h;
+  float dropout = 0;
+  const char *prefix = NULL;
+  if (g->gpt) {
+    PyErr_SetString(rgpy_Error, "the model is already made");
+    return -1;
+  }
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLL|fz", names, &ctx, &v, &t, &l, &c, &h,
+                                   &dropout, &prefix))
+    return -1;
+  if (!PyObject_TypeCheck(ctx, rgpy_Context)) {
+    PyErr_SetString(PyExc_TypeError, "ctx must be a resgrad.Context");
+    return -1;
+  }
+  RgContext *co = (RgContext *)ctx;
+  if (rgpy_usable(co) < 0) return -1;
+  rg_gpt_config cfg = {v, t, l, c, h, dropout};
+  rg_gpt *gpt = rg_gpt_new(co->ctx, &cfg, prefix);
+  if (!gpt) return rgpy_raise(co), -1;
+  Py_INCREF((PyObject *)co);
+  Py_XDECREF((PyObject *)g->co);
+  g->co = co;
+  g->gpt = gpt;
+  return 0;
+}
+
+static void gpt_dealloc(PyObject *self) {
+  RgGPT *g = (RgGPT *)self;
+  PyTypeObject *tp = Py_TYPE(self);
+  rg_gpt_free(g->gpt); /* the struct only: the parameters belong to the context */
+  Py_XDECREF((PyObject *)g->co);
+  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+  Py_DECREF(tp);
+}
+
+static RgGPT *usable(PyObject *self) {
+  RgGPT *g = (RgGPT *)self;
+  if (!g->gpt) {
+    PyErr_SetString(rgpy_Error, "the model was not made (GPT.__init__ failed)");
+    return NULL;
+  }
+  return rgpy_usable(g->co) < 0 ? NULL : g;
+}
+
+static PyObject *gpt_forward(PyObject *self, PyObject *idx) {
+  RgGPT *g = usable(self);
+  rg_tensor t;
+  if (!g || rgpy_tensor_arg(g->co, idx, "idx", 0, &t) < 0) return NULL;
+  return rgpy_result(g->co, rg_gpt_forward(g->gpt, t));
+}
+
+static PyObject *gpt_call(PyObject *self, PyObject *args, PyObject *kw) {
+  PyObject *idx;
+  static char *names[] = {"idx", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O", names, &idx)) return NULL;
+  return gpt_forward(self, idx);
+}
+
+static PyObject *gpt_loss(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *names[] = {"idx", "targets", "ignore_index", NULL};
+  PyObject *idx, *targets, *ignore = Py_None;
+  RgGPT *g = usable(self);
+  if (!g || !PyArg_ParseTupleAndKeywords(args, kw, "OO|O", names, &idx, &targets, &ignore))
+    return NULL;
+  rg_tensor i, t;
+  if (rgpy_tensor_arg(g->co, idx, "idx", 0, &i) < 0 ||
+      rgpy_tensor_arg(g->co, targets, "targets", 0, &t) < 0)
+    return NULL;
+  if (ignore == Py_None) return rgpy_result(g->co, rg_gpt_loss(g->gpt, i, t));
+  long long ig;
+  if (rgpy_int_arg(ignore, "ignore_index", 0, 0, &ig) < 0) return NULL;
+  return rgpy_result(g->co, rg_gpt_loss_ignore(g->gpt, i, t, (int)ig));
+}
+
+static PyObject *get_config(PyObject *self, void *unused) {
+  (void)unused;
+  RgGPT *g = usable(self);
+  if (!g) return NULL;
+  const rg_gpt_config *c = rg_gpt_config_of(g->gpt);
+  return Py_BuildValue("{sLsLsLsLsLsd}", "vocab", (long long)c->vocab, "block",
+                       (long long)c->block, "layers", (long long)c->layers, "width",
+                       (long long)c->width, "heads", (long long)c->heads, "dropout",
+                       (double)c->dropout);
+}
+
+static PyObject *get_count(PyObject *self, void *unused) {
+  (void)unused;
+  RgGPT *g = usable(self);
+  return g ? PyLong_FromLongLong(rg_gpt_param_count(g->gpt)) : NULL;
+}
+
+static PyObject *get_ctx(PyObject *self, void *unused) {
+  (void)unused;
+  RgGPT *g = (RgGPT *)self;
+  if (!g->co) Py_RETURN_NONE;
+  Py_INCREF((PyObject *)g->co);
+  return (PyObject *)g->co;
+}
+
+static PyMethodDef methods[] = {
+  {"forward", gpt_forward, METH_O,
+   "forward(idx)\n--\n\nidx int32 [B, T] -> logits float32 [B, T, vocab] (rg_gpt_forward)."},
+  {"loss", (PyCFunction)(void (*)(void))gpt_loss, METH_VARARGS | METH_KEYWORDS,
+   "loss(idx, targets, ignore_index=None)\n--\n\nMean cross-entropy of forward(idx) against "
+   "targets int32 [B, T] (rg_gpt_loss)."},
+  {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef getset[] = {
+  {"config", get_config, NULL, "The model's configuration, a dict.", NULL},
+  {"param_count", get_count, NULL, "Parameter elements (the tied head counted once).", NULL},
+  {"ctx", get_ctx, NULL, "The Context the parameters live in.", NULL},
+  {NULL, NULL, NULL, NULL, NULL}};
+
+int rgpy_init_gpt(PyObject *m) {
+  PyType_Slot slots[] = {
+    {Py_tp_init, gpt_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, gpt_dealloc},
+    {Py_tp_methods, methods},
+    {Py_tp_getset, getset},
+    {Py_tp_call, gpt_call},
+    {Py_tp_doc, "GPT(ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None)\n--\n\n"
+                "GPT-2's architecture with a tied head (rg_gpt_new); parameters named as "
+                "GPT-2's state dict, after prefix."},
+    {0, NULL}};
+  PyType_Spec spec = {"resgrad._resgrad.GPT", sizeof(RgGPT), 0,
+                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
+  rgpy_GPT = (PyTypeObject *)PyType_FromSpec(&spec);
+  if (!rgpy_GPT) return -1;
+  return PyModule_AddObjectRef(m, "GPT", (PyObject *)rgpy_GPT);
+}
