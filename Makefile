@@ -65,7 +65,8 @@ sanitize:
 	$(CMAKE) --build $(ASAN_BUILD) --parallel $(JOBS)
 	$(CTEST) --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)
 
-# The CPU test suite (fuzz corpus replays included; MEMCHECK_EXCLUDE left out) under
+# The CPU test suite (fuzz corpus replays included; MEMCHECK_EXCLUDE left out; without the
+# Python package, whose tests would check the interpreter and NumPy) under
 # valgrind memcheck: any invalid access, use of uninitialised memory or leak (definite,
 # indirect or possible) fails the test; tests/valgrind.supp holds the only suppressions
 # (libgomp's thread pool). A CPU-only build: with CUDA every test would also load cudart
@@ -77,7 +78,7 @@ sanitize:
 # $(VALGRIND_BUILD)/Testing/Temporary/MemoryChecker.*.log.
 memcheck:
 	$(CMAKE) -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=OFF -DRG_BLAS=OFF \
-	  -DRG_BUILD_EXAMPLES=OFF -DRG_TEST_TIMEOUT=1800 $(CMAKE_FLAGS)
+	  -DRG_BUILD_EXAMPLES=OFF -DRG_PYTHON=OFF -DRG_TEST_TIMEOUT=1800 $(CMAKE_FLAGS)
 	$(CMAKE) --build $(VALGRIND_BUILD) --parallel $(JOBS)
 	OMP_WAIT_POLICY=passive $(CTEST) --test-dir $(VALGRIND_BUILD) -T memcheck \
 	  --output-on-failure \

@@ -11,6 +11,11 @@ set_property(CACHE RG_PYTHON PROPERTY STRINGS AUTO ON OFF)
 rg_tristate(RG_PYTHON)
 
 set(RG_HAVE_PYTHON OFF)
+# A sanitizer's runtime must be loaded before everything else, which a module loaded into
+# an uninstrumented python3 cannot be: AUTO leaves the module out of those builds.
+if(RG_PYTHON_MODE STREQUAL "AUTO" AND (RG_SANITIZE OR RG_TSAN OR RG_FUZZ))
+  set(RG_PYTHON_MODE OFF)
+endif()
 if(NOT RG_PYTHON_MODE STREQUAL "OFF")
   if(RG_PYTHON_MODE STREQUAL "ON")
     find_package(Python3 3.11 REQUIRED COMPONENTS Interpreter Development.Module)

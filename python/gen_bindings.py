@@ -187,7 +187,7 @@ def emit_op(cname, args, doc, enums):
     for k, a in enumerate(args):
         v = f"v{k}"
         if a.kind == "tensor":
-            d = "1" if a.default else "0"
+            d = "1"  # None is RG_NONE: the library says whether the op takes it
             body.append(f"  rg_tensor {v};")
             body.append(f'  if (rgpy_tensor_arg(co, a[{k}], "{a.name}", {d}, &{v}) < 0) '
                         "return NULL;")

@@ -163,7 +163,7 @@ static int usable(RgTensor *t) { return rgpy_usable(t->co); }
 
 static PyObject *shape_tuple(RgTensor *t) {
   int nd = rg_ndim(t->co->ctx, t->h);
-  if (nd < 0) return rgpy_raise(t->co);
+  if (rg_error(t->co->ctx) != RG_OK) return rgpy_raise(t->co); /* stale: 0 axes and set */
   PyObject *s = PyTuple_New(nd);
   for (int i = 0; s && i < nd; i++)
     PyTuple_SetItem(s, i, PyLong_FromLongLong(rg_dim(t->co->ctx, t->h, i)));
@@ -324,7 +324,7 @@ static PyObject *get_ndim(PyObject *self, void *unused) {
   RgTensor *t = (RgTensor *)self;
   if (usable(t) < 0) return NULL;
   int nd = rg_ndim(t->co->ctx, t->h);
-  return nd < 0 ? rgpy_raise(t->co) : PyLong_FromLong(nd);
+  return rg_error(t->co->ctx) != RG_OK ? rgpy_raise(t->co) : PyLong_FromLong(nd);
 }
 
 static PyObject *get_dtype(PyObject *self, void *unused) {
@@ -418,7 +418,7 @@ static Py_ssize_t tensor_len(PyObject *self) {
   RgTensor *t = (RgTensor *)self;
   if (usable(t) < 0) return -1;
   int nd = rg_ndim(t->co->ctx, t->h);
-  if (nd < 0) return rgpy_raise(t->co), -1;
+  if (rg_error(t->co->ctx) != RG_OK) return rgpy_raise(t->co), -1;
   if (nd == 0) {
     PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
     return -1;
