@@ -237,7 +237,7 @@ static rg_status check_tokens(rg_ctx *ctx, const rg_data *d, int64_t vocab) {
     if (v >= vocab)
       return rg__fail(ctx, RG_ERR_IO, "rg_data_open", "'%s': token %lld (counting from 0) "
                       "is %d, not below the vocabulary size %lld: the file was made for "
-                      "another vocabulary, or give the model's vocabulary as vocab",
+                      "another vocabulary, or the vocabulary given is too small",
                       d->path, (long long)i, (int)v, (long long)vocab);
   }
   return RG_OK;
