@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "timing.h"
 #include <unistd.h>
 
 typedef struct work { const char *name; int64_t B, V, T, L, C, H; } work;
@@ -41,16 +43,6 @@ static const work WORK[] = {
     {"gpt2-124m", 8, 50304, 1024, 12, 768, 12},
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_d);
