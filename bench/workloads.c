@@ -35,6 +35,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "timing.h"
+
 typedef struct work {
   const char *name;
   int gpt;
@@ -49,16 +51,6 @@ static const work WORK[] = {
     {"gpt2-124m", 1, {0}, 0, 8, 50304, 1024, 12, 768, 12},
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
    --upload makes every step upload it with rg_input instead. */

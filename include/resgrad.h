@@ -560,6 +560,88 @@ RG_API rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs);
    stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
 
+/* ---- token data ----------------------------------------------------------------------
+   A dataset of tokens in a file, read through a memory map (POSIX), and the batches of a
+   language model cut from it: rows of T + 1 consecutive tokens, the first T the input
+   and the last T the targets (the next token of each input position).
+
+   Formats. RG_DATA_RAW: every byte is one token (vocabulary 256). RG_DATA_LLMC: the
+   token files of llm.c: a header of 256 little-endian int32, header[0] = 20240520 (the
+   magic), header[1] = 1 (the version), header[2] = the number of tokens, then that many
+   little-endian uint16 tokens and nothing after them. RG_DATA_AUTO: LLMC when the file
+   starts with that magic, else RAW.
+
+   Batches. Batch n (0, 1, 2, ...; rg_data_batch takes the next one, rg_data_seek sets
+   it) is a pure function of (file, seed, n, B, T, world, rank, random), never of timing
+   or of earlier calls. With world ranks, batch n is a global batch of world * B rows of
+   which rank r takes rows [r B, (r + 1) B), so world ranks of B rows see the rows one
+   process of world * B rows sees. Random: global row i of batch n starts at a position
+   drawn uniformly from [0, N - T) (N tokens in the file) by Philox keyed by the seed,
+   with counter (n, i). Sequential: the file is cut into consecutive rows of T + 1 tokens
+   advancing by T, world * B rows a batch; E = floor((N - 1) / (world B T)) batches make
+   an epoch, and batch n is batch n mod E of epoch n / E (the last N - 1 - E world B T
+   tokens are never read: the rows stop at the end of a whole batch).
+
+   Prefetch. Unless rg_data_options.no_prefetch, each rg_data_batch, after recording its
+   uploads, hands the next batch (number n + 1, the same B, T and mode) to a worker
+   thread of the handle, which gathers its tokens from the map into a host buffer while
+   the caller records and runs step n (the barrier that runs the step waits for the
+   device; the worker is not held up by it). The next rg_data_batch waits for the worker
+   if it is not done, and uses its batch if it is the one asked for (else it gathers the
+   asked one itself). The worker touches nothing but the map and that buffer; the
+   context is used only by the calling thread. What overlaps is the host's gathering of
+   batch n + 1 with step n; the upload itself is part of step n + 1 (an UPLOAD node from
+   the pass's pinned staging, as rg_input's). Prefetch changes no value: the batches are
+   the same with and without it. */
+typedef struct rg_data rg_data;
+typedef enum rg_data_format {
+  RG_DATA_AUTO = 0, RG_DATA_RAW = 1, RG_DATA_LLMC = 2
+} rg_data_format;
+/* Options for rg_data_open; a zero-initialised struct (or NULL) gives the defaults. */
+typedef struct rg_data_options {
+  rg_data_format format; /* AUTO (default), RAW or LLMC */
+  int64_t vocab;         /* every token must be below it: checked once, at open, for every
+                            token; 0 (default): the format's own bound (256 raw, 65536
+                            llm.c), which needs no check. At most that bound. */
+  uint64_t seed;         /* random batches (0, the default, is seed 0) */
+  int world, rank;       /* this process is rank of world (data-parallel); world 0
+                            (default) is 1 */
+  int no_prefetch;       /* 1: each rg_data_batch gathers its batch itself, no worker
+                            thread; 0 (default): prefetch (above) */
+} rg_data_options;
+/* Opens path as a token dataset of ctx. Not a barrier; records nothing. Checks the whole
+   file before returning: RG_ERR_IO naming the file and what is wrong for a missing or
+   unreadable file, an llm.c file with the wrong magic (format LLMC) or version, a header
+   whose count disagrees with the file's size (truncated, or bytes after the tokens), no
+   tokens, or a token >= vocab (naming the first such token, its value and its
+   position); RG_ERR_MISUSE for bad options. On error NULL with the sticky error set. The
+   handle is freed by rg_data_free or rg_close. */
+RG_API rg_data *rg_data_open(rg_ctx *ctx, const char *path, const rg_data_options *opt);
+/* Records the upload of the next batch (see above: random != 0 draws rows at random,
+   0 takes them sequentially) as two pass tensors, *idx and *targets, I32 [B, T] (targets
+   row b, column t is the token after idx row b, column t). Not a barrier. B, T >= 1 and
+   a global batch must fit in the file: world * B * T + 1 <= N, else RG_ERR_MISUSE
+   naming the sizes (nothing recorded, the batch number unchanged). On success the batch
+   number advances by one. Counted as site RG_SITE_INPUT, as rg_input. On error both
+   handles are RG_NONE. */
+RG_API rg_status rg_data_batch(rg_data *d, int64_t B, int64_t T, int random, rg_tensor *idx,
+                               rg_tensor *targets);
+/* Sets the number of the next batch (>= 0, else MISUSE): e.g. the step a resumed run
+   continues from. Not a barrier. */
+RG_API rg_status rg_data_seek(rg_data *d, int64_t batch);
+/* The number of tokens in the file (0 for NULL), the number of the next batch, and the
+   format the file was read as (RG_DATA_AUTO for NULL). rg_data_epoch: how many times
+   the batches taken so far have gone through the data, by the last batch's shape and
+   mode: sequential, the epochs completed (the next batch's epoch); random, the tokens
+   drawn divided by N, rounded down; 0 before the first batch. Not barriers. */
+RG_API int64_t rg_data_tokens(const rg_data *d);
+RG_API int64_t rg_data_next(const rg_data *d);
+RG_API int64_t rg_data_epoch(const rg_data *d);
+RG_API rg_data_format rg_data_format_of(const rg_data *d);
+/* Stops the worker, unmaps the file and frees the handle. Tensors already recorded keep
+   their bytes (the uploads read the pass's staging, not the file). NULL is fine. */
+RG_API void rg_data_free(rg_data *d);
+
 /* ---- checkpoints --------------------------------------------------------------------- */
 
 /* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,

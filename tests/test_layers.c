@@ -42,8 +42,9 @@ static const struct { const char *file; int layer; } table[] = {
        (dist.c), BF16 shadows */
     {"transfer.c", RECORD}, {"ops.c", RECORD}, {"autograd.c", RECORD}, {"shadow.c", RECORD},
     {"dist.c", RECORD},
-    /* optimizers, checkpoints, gradient checks */
-    {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN},
+    /* optimizers, checkpoints, gradient checks, token datasets (their batches are
+       rg_input's uploads) */
+    {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN}, {"data.c", TRAIN},
     /* rg_open and rg_close */
     {"context.c", CONTEXT},
 };

@@ -91,6 +91,7 @@ rg_status rg_close(rg_ctx *ctx) {
   if (!ctx) return RG_OK;
   rg_status st = ctx->be && ctx->be_state ? rg__drain(ctx, RG_DRAIN_CLOSE) : RG_OK;
   while (ctx->optims) rg_optim_free(ctx->optims);
+  while (ctx->datas) rg_data_free(ctx->datas);
   rg__dist_free(ctx);
   if (ctx->be && ctx->be_state) {
     for (int p = 0; p < 2; p++) rg__arena_reset(ctx, &ctx->pool[p].arena, false, true);

@@ -261,6 +261,7 @@ struct rg_ctx {
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
+  struct rg_data *datas;   /* open token datasets (data.c), freed by rg_close */
   struct rg_dist *dist;    /* rg_dist_init's connections (dist.c); NULL = one process */
   uint64_t saves;          /* rg_save calls: part of each temporary file's name */
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */

@@ -14,8 +14,16 @@
 const opt_row OPTS[] = {
   ROW("text", "FILE", "", OPT_STR, text, 0, 0,
       "train a character-level model on FILE instead of addition ('-': standard input)"),
+  ROW("tokens", "FILE", "", OPT_STR, tokens, 0, 0,
+      "train a language model on the token file FILE (llm.c's .bin format, else raw "
+      "bytes), in random windows of --block tokens; needs --vocab"),
+  ROW("val-tokens", "FILE", "", OPT_STR, val_tokens, 0, 0,
+      "--tokens: the held-out loss on the first windows of this token file"),
+  ROW("vocab", "N", "", OPT_INT, vocab, 1, 65536,
+      "--tokens: the model's vocabulary; every token of the files must be below it"),
   ROW("digits", "N", "3", OPT_INT, digits, 1, 9, "addition: digits per operand"),
-  ROW("block", "N", "64", OPT_INT, block, 2, 4096, "--text: context length in bytes"),
+  ROW("block", "N", "64", OPT_INT, block, 2, 4096,
+      "--text, --tokens: context length in bytes or tokens"),
   ROW("layers", "N", "2", OPT_INT, layers, 1, 64, "transformer blocks"),
   ROW("width", "N", "64", OPT_INT, width, 1, 8192, "embedding width (a multiple of --heads)"),
   ROW("heads", "N", "4", OPT_INT, heads, 1, 256, "attention heads"),
@@ -181,6 +189,7 @@ static void print_help(FILE *f) {
              "  " PROG " --resume a.st --save a.st   finishes that run: steps 1500..3000\n"
              "  " PROG " --text book.txt --steps 2000 --sample 500 --plot loss.svg\n"
              "  " PROG " --resume book.st --sample 300 --prompt 'Once' --top-k 20\n"
+             "  " PROG " --tokens train.bin --val-tokens val.bin --vocab 50257 --block 256\n"
              "  resgrad-run -n 2 -- " PROG " --distributed --device cpu --batch 16\n"
              "\nFiles: nothing is written or trained before every path is checked; an\n"
              "output that is the same file as an input or another output is refused\n"
@@ -237,7 +246,30 @@ int parse_args(opts *o, unsigned char *given, int argc, char **argv) {
   return -1;
 }
 
-int check_opts(const opts *o, const unsigned char *given, int text_task) {
+/* --tokens and the options that go with it (tokens: the run's task is token files). */
+static int check_tokens(const opts *o, const unsigned char *given, int text_task, int tokens) {
+  const char *why = NULL;
+  if (o->tokens && text_task)
+    why = o->text ? "--tokens and --text are two tasks: give one of them"
+                  : "--tokens trains a token model, and --resume holds a text model";
+  else if (o->val_tokens && !tokens)
+    why = "--val-tokens is the held-out set of --tokens: add --tokens FILE";
+  else if (given_opt(given, "vocab") && !tokens)
+    why = "--vocab is the vocabulary of --tokens: add --tokens FILE";
+  else if (tokens && !o->vocab)
+    why = "--tokens needs --vocab N: the model's vocabulary (every token below N)";
+  else if (tokens && given_opt(given, "digits"))
+    why = "--digits sets up addition; --tokens trains on a token file: leave out --digits";
+  else if (tokens && (o->sample || o->prompt))
+    why = "--sample and --prompt decode text or addition; a --tokens model's tokens have "
+          "no bytes here: leave them out";
+  if (!why) return -1;
+  errorf("%s", why);
+  return EXIT_USAGE;
+}
+
+int check_opts(const opts *o, const unsigned char *given, int text_task, int tokens_task) {
+  if (check_tokens(o, given, text_task, tokens_task) >= 0) return EXIT_USAGE;
   if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
     errorf("--device: '%s' is not one of auto, cpu, cuda", o->device);
     return EXIT_USAGE;
