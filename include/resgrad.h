@@ -420,7 +420,10 @@ RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v
    query of that batch (PyTorch's key_padding_mask, True = ignore). bias: RG_NONE, or F32
    of 1 to 4 axes that broadcasts to [B,H,T,S] (aligned from the right, each axis its size
    or 1: [T,S], [B,1,T,S], [B,H,T,S], [B,1,1,S]...), added to the scaled scores; -inf
-   masks an entry, +inf and NaN are the caller's to avoid. A query row whose every key is
+   masks an entry, +inf and NaN are the caller's to avoid. (Under rg_options.check_finite
+   the upload of a bias holding -inf is itself reported as non-finite: mask whole keys with
+   key_padding there, or use a large negative finite bias, which leaves a row that has it
+   everywhere an average of its keys rather than 0.) A query row whose every key is
    masked (by padding, causal or -inf) gives an output row of 0 and passes no gradient
    (where the mask-free softmax would divide 0 by 0). d: q, k and v; the masks get none:
    a bias that requires a gradient is RG_ERR_MISUSE (pass rg_detach of it). Shapes and
