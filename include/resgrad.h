@@ -414,6 +414,26 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
+/* rg_attention with masks beyond causal (rg_attention is this with both RG_NONE):
+   softmax(q k^T / sqrt(D) + bias [+ causal mask], over the keys not padded) v.
+   key_padding: RG_NONE, or I32 [B,S]: a nonzero element masks key s of batch b from every
+   query of that batch (PyTorch's key_padding_mask, True = ignore). bias: RG_NONE, or F32
+   of 1 to 4 axes that broadcasts to [B,H,T,S] (aligned from the right, each axis its size
+   or 1: [T,S], [B,1,T,S], [B,H,T,S], [B,1,1,S]...), added to the scaled scores; -inf
+   masks an entry, +inf and NaN are the caller's to avoid. (Under rg_options.check_finite
+   the upload of a bias holding -inf is itself reported as non-finite: mask whole keys with
+   key_padding there, or use a large negative finite bias, which leaves a row that has it
+   everywhere an average of its keys rather than 0.) A query row whose every key is
+   masked (by padding, causal or -inf) gives an output row of 0 and passes no gradient
+   (where the mask-free softmax would divide 0 by 0). d: q, k and v; the masks get none:
+   a bias that requires a gradient is RG_ERR_MISUSE (pass rg_detach of it). Shapes and
+   dtypes of the masks are checked when recorded (RG_ERR_MISUSE naming them); a BF16 bias
+   under rg_options.bf16 is widened to F32. Precision, D limit and determinism as
+   rg_attention's; the CUDA backend reads the masks per 64 x 64 tile inside its fused
+   kernels (no T x S matrix), and runs masked calls on resgrad's own kernels, never
+   cuDNN's (rg_stats.cudnn_attention does not count them). */
+RG_API rg_tensor rg_attention_mask(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
+                                   int causal, rg_tensor key_padding, rg_tensor bias);
 /* rg_attention on the heads of a fused projection, read and written in place: qkv
    [B,T,3C] holds q, k and v as the thirds [0,C), [C,2C), [2C,3C) of its last axis, and
    head h (of heads, D = C/heads) is columns [h*D, (h+1)*D) of each third. The result is

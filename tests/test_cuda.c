@@ -231,6 +231,52 @@ static out c_attn_wide(rg_ctx *c) { /* 64 < D <= 128: the second instantiation *
   y = rg_concat(c, y, attn_of(c, 2, 1, 1, 65, 65, 67, 1), 0);
   return weigh(c, y);
 }
+/* rg_attention_mask: the masks read per tile inside the f32 and the mma kernels
+   (attention.h), over several tiles of queries and keys, S != T, D in both instantiations
+   and D % 8 != 0. pad: 0 none; 1 key s of batch b padded where (7 s + 3 b) % 5 == 0; 2 as
+   1, and every key of the last batch (rows that see no key). A bias of bnd axes bd,
+   2 sin(...) with every ninf-th entry -inf (ninf > 0) and, where it has a T axis, row 1 of
+   its first [T,S] slice all -inf (a row that sees no key). */
+static rg_tensor attn_mask_of(rg_ctx *c, int i, int64_t B, int64_t H, int64_t T, int64_t S,
+                              int64_t D, int causal, int pad, int bnd, const int64_t *bd,
+                              int ninf) {
+  char n[3][16];
+  for (int j = 0; j < 3; j++) snprintf(n[j], sizeof n[j], "m%c%d", "qkv"[j], i);
+  rg_tensor q = P(c, n[0], D4(B, H, T, D)), k = P(c, n[1], D4(B, H, S, D)),
+            v = P(c, n[2], D4(B, H, S, D)), kp = RG_NONE, bias = RG_NONE;
+  if (pad) {
+    int32_t *m = malloc(sizeof(int32_t) * (size_t)(B * S));
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t s = 0; s < S; s++)
+        m[b * S + s] = (7 * s + 3 * b) % 5 == 0 || (pad == 2 && b == B - 1);
+    kp = rg_input(c, RG_I32, 2, (int64_t[]){B, S}, m);
+    free(m);
+  }
+  if (bnd) {
+    int64_t nb = 1;
+    for (int j = 0; j < bnd; j++) nb *= bd[j];
+    float *x = malloc(sizeof(float) * (size_t)nb);
+    for (int64_t e = 0; e < nb; e++)
+      x[e] = ninf > 0 && e % ninf == 0 ? -INFINITY : (float)(2 * sin(0.7 * (double)e + 0.3));
+    if (bnd >= 2 && bd[bnd - 2] > 1)
+      for (int64_t s = 0; s < S; s++) x[S + s] = -INFINITY;
+    bias = rg_input(c, RG_F32, bnd, bd, x);
+    free(x);
+  }
+  return flat(c, rg_attention_mask(c, q, k, v, causal, kp, bias));
+}
+/* The parts in an order whose weighted sum, the loss, is far from 0 (-79 beside |y| = 91):
+   the case also bounds the loss's relative error, which a loss near 0 (-1.8, in the order
+   of their indices) magnifies past bf16's bound. */
+static out c_attn_mask(rg_ctx *c) {
+  rg_tensor y = attn_mask_of(c, 2, 1, 2, 65, 130, 96, 1, 0, D4(1, 2, 65, 130), 5);
+  y = rg_concat(c, y, attn_mask_of(c, 0, 2, 2, 130, 150, 64, 1, 1, D2(130, 150), 0), 0); /* [T,S] */
+  y = rg_concat(c, y, attn_mask_of(c, 1, 2, 1, 77, 45, 40, 0, 2, D4(2, 1, 77, 45), 11), 0);
+  y = rg_concat(c, y, attn_mask_of(c, 4, 1, 1, 45, 77, 13, 0, 1, 0, NULL, 0), 0); /* padding
+                                                                             alone */
+  y = rg_concat(c, y, attn_mask_of(c, 3, 2, 2, 70, 70, 20, 1, 1, 1, (int64_t[]){70}, 0), 0);
+  return weigh(c, y);
+}
 /* rg_attention_qkv: the same kernels reading heads as D-column strips of [B,T,3C] rows
    and writing them into [B,T,C] rows. */
 static rg_tensor qkv_of(rg_ctx *c, int i, int64_t B, int64_t T, int64_t H, int64_t D,
@@ -1193,6 +1239,7 @@ int main(int argc, char **argv) {
       {"attn-wide", c_attn_wide, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
       {"attn-long", c_attn_long, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
       {"attn-qkv", c_attn_qkv, 1e-5, RG_COVERS(RG_OP_ATTENTION_QKV, RG_OP_ATTENTION_QKV_BWD)},
+      {"attn-mask", c_attn_mask, 1e-5, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
       {"colsum", c_colsum, 1e-6, RG_COVERS(RG_OP_MEAN, RG_OP_SUM_TO_ACC)},
       {"xent+mse", c_xent, 1e-5,
        RG_COVERS(RG_OP_CROSS_ENTROPY, RG_OP_MSE, RG_OP_CROSS_ENTROPY_BWD)},
@@ -1226,6 +1273,8 @@ int main(int argc, char **argv) {
   run_case_mode("attn-bf16-own", c_attn_tc, 2e-2, 2);
   no_cudnn = 0;
   run_case_mode("attn-f32", c_attn_tc, 1e-5, 0); /* the same shapes, exact path: tight */
+  /* the masked mma kernels (masked calls never go to cuDNN), with attn-bf16-own's bound */
+  run_case_mode("attn-mask-bf16", c_attn_mask, 2e-2, 2);
   /* bf16 activations on both sides: both round each product and norm once, so they differ
      where their F32 sums (in different orders) round to neighbouring bf16 values, 2^-8
      relative, on a few elements, and by the CUDA attention's bf16 probabilities. */

@@ -367,7 +367,7 @@ void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *gout, uint
   }
   case RG_OP_EMBEDDING: gin[0] = op1(ctx, RG_OP_EMBEDDING_BWD, y, g, 0, sx, NULL, NULL); break;
   case RG_OP_ATTENTION: {
-    uint32_t in[RG_MAX_IN] = {x, y, n->in[2], n->out[0], g, n->out[1]};
+    uint32_t in[RG_MAX_IN] = {x, y, n->in[2], n->out[0], g, n->out[1], n->in[3], n->in[4]};
     uint32_t o[RG_MAX_OUT] = {0};
     rg_shape outs[RG_MAX_OUT] = {grad_of(ctx, x), grad_of(ctx, y), grad_of(ctx, n->in[2])};
     if (rg__emit(ctx, RG_OP_ATTENTION_BWD, in, outs, n->i, NULL, NULL, o) == RG_OK)

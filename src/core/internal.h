@@ -17,7 +17,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
-#define RG_MAX_IN 6 /* ATTENTION_BWD: q, k, v, o, g, lse */
+#define RG_MAX_IN 8 /* ATTENTION_BWD: q, k, v, o, g, lse, key padding, bias */
 #define RG_MAX_OUT 4
 #define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
 
@@ -168,6 +168,18 @@ static inline void rg__xent_bwd_args(const rg_kargs *k, rg_kargs *b) {
   b->in[3] = k->out[1];
   b->out[0] = k->out[2];
   b->out[1].p = b->out[2].p = NULL;
+}
+
+/* The element strides of an attention bias (ATTENTION's in[4], ops.h) over [B,H,T,S]: its
+   axes aligned from the right, stride 0 on an axis it lacks or has of size 1 (broadcast),
+   so element (b, h, t, s) is at b st[0] + h st[1] + t st[2] + s st[3]. */
+static inline void rg__attn_bias_strides(const rg_tv *bias, int64_t st[4]) {
+  int64_t step = 1;
+  for (int i = 3, j = bias->ndim - 1; i >= 0; i--, j--) {
+    int64_t n = j >= 0 ? bias->dims[j] : 1;
+    st[i] = n == 1 ? 0 : step;
+    step *= n;
+  }
 }
 
 /* A download that a drain performs after its last node, inside the same synchronisation
