@@ -63,4 +63,4 @@ def load(ctx, path, optim=None):
     ctx.load(path, optim)
 
 
-from . import nn, optim  # noqa: E402  (they use the names above)
+from . import data, nn, optim  # noqa: E402  (they use the names above)
