@@ -28,16 +28,16 @@ typedef struct jv {
 
 typedef struct jparser { const char *s, *p; char *err; size_t errcap; } jparser;
 
-static int json_fail_(jparser *j, const char *what) {
+static inline int json_fail_(jparser *j, const char *what) {
   if (!*j->err) snprintf(j->err, j->errcap, "%s at byte %ld", what, (long)(j->p - j->s));
   return 0;
 }
-static void json_ws_(jparser *j) {
+static inline void json_ws_(jparser *j) {
   while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r') j->p++;
 }
 
 /* A string at j->p (its opening quote); *out gets a copy of its contents. */
-static int json_str_(jparser *j, char **out) {
+static inline int json_str_(jparser *j, char **out) {
   if (*j->p != '"') return json_fail_(j, "a string expected");
   const char *b = ++j->p;
   for (;;) {
@@ -66,7 +66,7 @@ static int json_str_(jparser *j, char **out) {
   return 1;
 }
 
-static int json_num_(jparser *j, double *out) {
+static inline int json_num_(jparser *j, double *out) {
   const char *b = j->p;
   if (*j->p == '-') j->p++;
   if (*j->p == '0') j->p++;
@@ -86,10 +86,10 @@ static int json_num_(jparser *j, double *out) {
   return 1;
 }
 
-static int json_value_(jparser *j, jv *v, int depth);
+static inline int json_value_(jparser *j, jv *v, int depth);
 
 /* The entries of an array or object after its opening bracket, up to close. */
-static int json_list_(jparser *j, jv *v, int depth, char close) {
+static inline int json_list_(jparser *j, jv *v, int depth, char close) {
   int cap = 0;
   json_ws_(j);
   if (*j->p == close) return j->p++, 1;
@@ -119,7 +119,7 @@ static int json_list_(jparser *j, jv *v, int depth, char close) {
   }
 }
 
-static int json_value_(jparser *j, jv *v, int depth) {
+static inline int json_value_(jparser *j, jv *v, int depth) {
   if (depth > JSON_DEPTH) return json_fail_(j, "nested too deeply");
   json_ws_(j);
   char c = *j->p;
@@ -142,7 +142,7 @@ static int json_value_(jparser *j, jv *v, int depth) {
   return json_fail_(j, "a value expected");
 }
 
-static void json_free_(jv *v) {
+static inline void json_free_(jv *v) {
   for (int i = 0; i < v->n; i++) {
     json_free_(&v->items[i]);
     if (v->keys) free(v->keys[i]);
@@ -152,14 +152,14 @@ static void json_free_(jv *v) {
   free(v->str);
 }
 
-static void json_free(jv *v) {
+static inline void json_free(jv *v) {
   if (!v) return;
   json_free_(v);
   free(v);
 }
 
 /* The tree of text, or NULL with err saying what broke where. */
-static jv *json_parse(const char *text, char *err, size_t errcap) {
+static inline jv *json_parse(const char *text, char *err, size_t errcap) {
   jparser j = {text, text, err, errcap};
   *err = 0;
   jv *v = calloc(1, sizeof *v);
@@ -174,18 +174,18 @@ static jv *json_parse(const char *text, char *err, size_t errcap) {
 }
 
 /* Member key of object o, or NULL (also when o is not an object). */
-static const jv *json_get(const jv *o, const char *key) {
+static inline const jv *json_get(const jv *o, const char *key) {
   for (int i = 0; o && o->type == J_OBJ && i < o->n; i++)
     if (!strcmp(o->keys[i], key)) return &o->items[i];
   return NULL;
 }
 
 /* Member key of o as a string ("" if absent or not a string), or as a number (-1). */
-static const char *json_sget(const jv *o, const char *key) {
+static inline const char *json_sget(const jv *o, const char *key) {
   const jv *v = json_get(o, key);
   return v && v->type == J_STR ? v->str : "";
 }
-static double json_nget(const jv *o, const char *key) {
+static inline double json_nget(const jv *o, const char *key) {
   const jv *v = json_get(o, key);
   return v && v->type == J_NUM ? v->num : -1;
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* The whole file at path as a string, or NULL. */
-static char *read_text(const char *path) {
+static inline char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   size_t cap = 4096, n = 0;
@@ -34,7 +34,7 @@ static char *read_text(const char *path) {
    JSON of the promised shape: an object whose "traceEvents" is an array of objects, each
    with a known ph, a name, a pid and a tid, a ts (not for metadata) >= 0, a dur >= 0 for
    spans, an args object. *events gets that array. */
-static jv *load_trace(const char *path, const jv **events) {
+static inline jv *load_trace(const char *path, const jv **events) {
   char *text = read_text(path), err[200];
   CHECK(text != NULL, "%s was not written", path);
   jv *root = text ? json_parse(text, err, sizeof err) : NULL;
@@ -61,7 +61,7 @@ static jv *load_trace(const char *path, const jv **events) {
 }
 
 /* The i-th event (from *from on) with this ph, name and (tid >= 0) tid; NULL if none. */
-static const jv *find_event(const jv *events, int *from, char ph, const char *name, int tid) {
+static inline const jv *find_event(const jv *events, int *from, char ph, const char *name, int tid) {
   for (int i = *from; i < events->n; i++) {
     const jv *e = &events->items[i];
     if (json_sget(e, "ph")[0] == ph && !strcmp(json_sget(e, "name"), name) &&
@@ -73,20 +73,20 @@ static const jv *find_event(const jv *events, int *from, char ph, const char *na
   return NULL;
 }
 
-static int count_events(const jv *events, char ph, const char *name, int tid) {
+static inline int count_events(const jv *events, char ph, const char *name, int tid) {
   int n = 0, at = 0;
   while (find_event(events, &at, ph, name, tid)) n++;
   return n;
 }
 
-static const jv *args_of(const jv *e) { return json_get(e, "args"); }
+static inline const jv *args_of(const jv *e) { return json_get(e, "args"); }
 
 /* A 2-8-2 MLP's training step on a fixed batch of N points under label "mlp", its loss
    read (the step's barrier). */
 enum { MLP_N = 16 };
 typedef struct mlp { rg_tensor w1, b1, w2, b2; rg_optim *opt; } mlp;
 
-static mlp mlp_new(rg_ctx *c) {
+static inline mlp mlp_new(rg_ctx *c) {
   rg_init nrm = {RG_INIT_NORMAL, 0.5f, 0}, z = {RG_INIT_ZEROS, 0, 0};
   mlp m = {rg_param(c, "w1", RG_F32, 2, (int64_t[]){8, 2}, nrm),
            rg_param(c, "b1", RG_F32, 1, (int64_t[]){8}, z),
@@ -96,7 +96,7 @@ static mlp mlp_new(rg_ctx *c) {
   return m;
 }
 
-static rg_status mlp_step(rg_ctx *c, const mlp *m, float *loss) {
+static inline rg_status mlp_step(rg_ctx *c, const mlp *m, float *loss) {
   static float x[MLP_N][2];
   static int32_t y[MLP_N];
   for (int i = 0; i < MLP_N; i++)
