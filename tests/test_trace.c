@@ -7,13 +7,17 @@
  * their bytes and site, arena allocations, and counters. The file parses after a drain
  * that failed (an index out of range) while the context is still open, after a process
  * that exits without rg_close (with a closing event) and after one killed between
- * flushes (without it). RG_TRACE=<path> writes one too, two contexts given one path
- * write two files, and a path that cannot be written fails rg_open with RG_ERR_IO.
+ * flushes (without it), and after a write that fails part-way (a file size limit): the
+ * sticky error is then RG_ERR_IO naming the file, and rg_close returns it. RG_TRACE=<path>
+ * writes one too, two contexts given one path write two files, and a path that cannot be
+ * written fails rg_open with RG_ERR_IO.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "trace_file.h"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -173,6 +177,39 @@ static void no_close(int killed) {
   json_free(root);
 }
 
+/* A trace that outgrows the process's file size limit (RLIMIT_FSIZE, SIGXFSZ ignored, so
+   the write fails with EFBIG part-way): the file stays valid JSON with the events before
+   the failed write, the sticky error names it, rg_close reports it. */
+enum { LIMIT = 16384 };
+static void write_fails(void) {
+  char path[128];
+  in_dir(path, sizeof path, "limit.json");
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {LIMIT, LIMIT};
+    if (setrlimit(RLIMIT_FSIZE, &rl)) _exit(2);
+    rg_ctx *c = open_traced(path);
+    mlp m = mlp_new(c);
+    float loss;
+    for (int s = 0; c && s < 1000 && rg_error(c) == RG_OK; s++) (void)mlp_step(c, &m, &loss);
+    int named = c && rg_error(c) == RG_ERR_IO && msg_has(c, "trace file");
+    _exit(named && rg_close(c) == RG_ERR_IO ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child saw RG_ERR_IO from the "
+        "trace (status %d)", status);
+  struct stat sb;
+  CHECK(!stat(path, &sb) && sb.st_size <= LIMIT, "the file is within the limit");
+  const jv *ev = NULL;
+  jv *root = load_trace(path, &ev);
+  CHECK(!root || count_events(ev, 'X', "drain", 1) > 0, "the drains before the failure");
+  json_free(root);
+}
+
 static void env_and_paths(void) {
   char path[128], two[128];
   /* RG_TRACE=<path> */
@@ -229,9 +266,11 @@ int main(void) {
   failed_drain();
   no_close(0);
   no_close(1);
+  write_fails();
   env_and_paths();
-  static const char *const made[] = {"step.json", "fail.json", "exited.json", "killed.json",
-                                     "env.json", "two.json", "two-2.json"};
+  static const char *const made[] = {"step.json",   "fail.json",  "exited.json",
+                                     "killed.json", "limit.json", "env.json",
+                                     "two.json",    "two-2.json"};
   char path[128];
   for (size_t i = 0; i < sizeof made / sizeof *made; i++)
     remove(in_dir(path, sizeof path, made[i]));

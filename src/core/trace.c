@@ -7,7 +7,8 @@
  *  - The file is a complete JSON document after every flush: the events written so far,
  *    then the closing brackets (TAIL), whose offset the next flush seeks back to and
  *    writes over. So a program that dies between flushes leaves a file that parses, with
- *    every event up to the last flush.
+ *    every event up to the last flush. A flush that fails (a full disk) writes TAIL back
+ *    at its old offset and cuts what follows, so the file keeps the events before it.
  *  - Flushes come at the end of every drain, when the buffer passes FLUSH_BYTES, at
  *    rg_close, and at process exit for a context never closed (at_exit). A trace is
  *    written under its busy flag; at_exit only tries each flag once and skips a trace
@@ -129,9 +130,12 @@ static void flush_locked(rg_trace *t) {
   bool ok = fseek(t->f, t->tail, SEEK_SET) == 0 && fwrite(p, 1, n, t->f) == n &&
             fputs(TAIL, t->f) >= 0 && fflush(t->f) == 0;
   t->len = 0;
-  if (!ok) {
+  if (!ok) { /* part of it may be in the file: put TAIL back where it was, cut the rest */
     t->werr = errno ? errno : EIO;
     t->dead = true;
+    clearerr(t->f);
+    if (fseek(t->f, t->tail, SEEK_SET) == 0 && fputs(TAIL, t->f) >= 0 && fflush(t->f) == 0)
+      (void)ftruncate(fileno(t->f), (off_t)t->tail + (off_t)strlen(TAIL));
     return;
   }
   t->tail += (long)n;
