@@ -262,11 +262,14 @@ int main(void) {
     fprintf(stderr, "cannot make a temporary folder %s\n", dir);
     return 1;
   }
-  step_events();
-  failed_drain();
+  /* The checks that fork come first, before this process has started OpenMP's threads:
+     a child forked after that inherits a thread pool whose threads it lacks, and LLVM's
+     OpenMP runtime (make tsan) then fails in the child's exit. */
   no_close(0);
   no_close(1);
   write_fails();
+  step_events();
+  failed_drain();
   env_and_paths();
   static const char *const made[] = {"step.json",   "fail.json",  "exited.json",
                                      "killed.json", "limit.json", "env.json",
