@@ -109,7 +109,8 @@ typedef struct rg_options {
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
                               0 (default): notices */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr;
-                              0 (default): silent. Env RG_TRACE=1 does the same. */
+                              0 (default): silent. Env RG_TRACE=1 does the same. For a
+                              file of timed events, see trace_path. */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
                               as PyTorch's allow_tf32 (rg_attention keeps f32); 0
@@ -188,6 +189,30 @@ typedef struct rg_options {
                               rg_step_begin). rg_step_begin or rg_reset makes room again.
                               0 (default): 1<<24; at most 2^32 - 1 (larger is taken as
                               that) */
+  const char *trace_path;  /* a file to write a trace to: Chrome trace-event JSON, which
+                              ui.perfetto.dev and chrome://tracing open (docs/trace.md).
+                              It holds host spans (recording, each drain with its reason
+                              and status, CUDA graph capture and replay, arena
+                              allocations), transfers with their bytes and site, each
+                              op's time where ops run one by one (CPU: host time of its
+                              kernel; CUDA: device time, from events) or each replayed
+                              graph's device time, and counters (pool bytes, reserved
+                              bytes, bytes transferred). The file is complete JSON after
+                              every flush: at the end of each drain, at rg_close, and at
+                              exit for a context never closed; a crash between flushes
+                              leaves the events up to the last one. The path is read by
+                              rg_open only (the string need not outlive it); a path
+                              another open context of this process writes gets "-2",
+                              "-3"... before its extension (a notice unless quiet).
+                              rg_open fails with RG_ERR_IO if the file cannot be made
+                              (why on stderr unless quiet); a later failed write sets
+                              RG_ERR_IO as the sticky error and stops the trace, and
+                              rg_close then returns RG_ERR_IO. While tracing, CUDA times
+                              every node of an eager drain with an event pair, and each
+                              graph launch with one. NULL or "" (default): no file, and
+                              each hook costs one test. Env RG_TRACE=<path> (a value with
+                              a '/' or a '.', e.g. RG_TRACE=run.json) does the same and
+                              takes precedence. */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */

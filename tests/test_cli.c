@@ -16,6 +16,8 @@
  *    the option or the reason, nothing written;
  *  - --plot /dev/full: exit 1 naming --plot and "No space left on device", the --save of
  *    the same run complete and every earlier file intact;
+ *  - --trace writes a trace that is strict JSON with the run's drains; a missing
+ *    directory, a directory, or the path of another output is refused (exit 2);
  *  - a --batch far beyond memory is refused (exit 2, naming the largest that fits), not
  *    killed;
  *  - a checkpoint with a NaN in wte.weight is refused naming the tensor, the file
@@ -49,6 +51,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "json.h"
 
 static char prog[4096];
 static const char TINY[] = "<tiny>"; /* in an argument list: the tiny model's options */
@@ -419,6 +422,26 @@ static void test_dev_full(void) {
         "run whose plot failed) exited %d: %s", R.cmd, R.code, R.err);
 }
 
+/* --trace: the run's trace parses and holds its drains; its path is checked as --plot's. */
+static void test_trace(void) {
+  run(NULL, ARGS(TINY, "--trace", "run.json"));
+  CHECK(R.code == 0, "'%s' exited %d: %s", R.cmd, R.code, R.err);
+  char *text = (char *)slurp("run.json", NULL), err[200] = "no file";
+  jv *root = text ? json_parse(text, err, sizeof err) : NULL;
+  const jv *ev = json_get(root, "traceEvents");
+  int drains = 0;
+  for (int i = 0; ev && ev->type == J_ARR && i < ev->n; i++)
+    drains += !strcmp(json_sget(&ev->items[i], "name"), "drain");
+  CHECK(root && drains >= 2, "--trace run.json: %s, %d drain spans", root ? "parsed" : err,
+        drains);
+  json_free(root);
+  free(text);
+  remove("run.json");
+  refused("--trace", "does not exist", ARGS(TINY, "--trace", "nodir/x.json"));
+  refused("--trace", "directory", ARGS(TINY, "--trace", "adir"));
+  refused("same file", "--trace", ARGS(TINY, "--plot", "p.svg", "--trace", "./p.svg"));
+}
+
 /* 4. A batch far beyond memory is refused before anything is allocated, not killed.
    --batch 1000000 of this model needs about 20 GiB: a machine with more may run it, so
    that run trains no steps (--steps 0; the memory plan still sizes training steps). */
@@ -593,6 +616,7 @@ int main(void) {
     test_collisions();
     test_directories();
     test_dev_full();
+    test_trace();
     test_huge_batch();
     test_nan_checkpoint();
     test_kill9();

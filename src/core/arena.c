@@ -28,12 +28,17 @@ void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool 
     if (last && last->size * 2 > size) size = last->size * 2;
     if (a->hint > size) size = a->hint;
     if (bytes > size) size = bytes;
+    double ts = ctx->trace ? rg__trace_now(ctx) : 0;
     void *p = host ? ctx->be->host_alloc(ctx, size) : ctx->be->alloc(ctx, size);
-    if (!p) return NULL;
+    if (!p) {
+      if (ctx->trace) rg__trace_arena(ctx, a, "alloc", size, ts, false);
+      return NULL;
+    }
     if (last) a->base += last->size;
     a->chunks[a->nchunks++] = (rg_chunk){p, size};
     a->reserved += size;
     if (a->reserved > a->reserved_peak) a->reserved_peak = a->reserved;
+    if (ctx->trace) rg__trace_arena(ctx, a, "alloc", size, ts, true);
     a->used = 0;
     a->hint = 0;
     last = &a->chunks[a->nchunks - 1];
@@ -47,6 +52,7 @@ void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool 
 void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release) {
   if (release || a->nchunks > 1) {
     size_t total = 0;
+    double ts = ctx->trace ? rg__trace_now(ctx) : 0;
     for (int i = 0; i < a->nchunks; i++) {
       total += a->chunks[i].size;
       if (host) ctx->be->host_free(ctx, a->chunks[i].p);
@@ -55,6 +61,7 @@ void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release) {
     a->nchunks = 0;
     a->hint = release ? 0 : total;
     a->reserved = 0;
+    if (ctx->trace && total) rg__trace_arena(ctx, a, "free", total, ts, true);
   }
   if (release) {
     rg__free(ctx, a->free);

@@ -537,7 +537,7 @@ static uint32_t seed_of(rg_ctx *ctx, uint32_t loss) {
       rg_status st = ctx->be->upload(ctx, rg__t(ctx, c)->data, &one, sizeof one);
       if (st != RG_OK) return rg__fail(ctx, st, "rg_backward", "the upload of its seed failed"), 0;
       ctx->one = c;
-      rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_PARAM_INIT], sizeof one);
+      rg__count_xfer(ctx, false, RG_SITE_PARAM_INIT, sizeof one);
     }
     return ctx->one;
   }

@@ -267,7 +267,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
       break;
     }
     st = ctx->be->download(ctx, buf, t->data, t->nbytes);
-    rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_CHECKPOINT], t->nbytes);
+    rg__count_xfer(ctx, true, RG_SITE_CHECKPOINT, t->nbytes);
     if (st == RG_OK) st = finite(ctx, e[i].name, t, buf, bad, sizeof bad);
     if (st == RG_OK) st = write_all(fd, buf, t->nbytes);
     rg__free(ctx, buf);
@@ -678,7 +678,7 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     rg_tinfo *t = rg__t(ctx, e[k].ref);
     st = ctx->be->upload(ctx, t->data, data[k], t->nbytes);
     rg__shadow_stale(ctx, e[k].ref);
-    rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_CHECKPOINT], t->nbytes);
+    rg__count_xfer(ctx, false, RG_SITE_CHECKPOINT, t->nbytes);
   }
   for (int k = 0; data && k < n; k++) rg__free(ctx, data[k]);
   rg__free(ctx, data);

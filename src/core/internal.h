@@ -54,6 +54,7 @@ typedef struct rg_tinfo {
   int32_t param;  /* index into ctx->params, or -1 */
 } rg_tinfo;
 
+typedef struct rg_trace rg_trace;
 typedef struct rg_chunk { void *p; size_t size; } rg_chunk;
 /* A free range inside one chunk (the pass pool reuses the bytes rg_backward releases). */
 typedef struct rg_range { size_t off, size; char *p; int chunk; } rg_range;
@@ -279,6 +280,7 @@ struct rg_ctx {
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */
   int nmeta, capmeta;      /* entries (pairs) */
   rg_stats st;
+  struct rg_trace *trace;  /* the trace file (trace.c), or NULL: off */
   /* allocation-failure injection (tests): fail the alloc_fail_at-th allocation */
   uint64_t alloc_count, alloc_fail_at;
 };
@@ -292,6 +294,37 @@ void rg__free(rg_ctx *ctx, void *p);
 char *rg__strdup(rg_ctx *ctx, const char *s);
 /* Grows *arr (element size esz) to hold at least need elements. */
 bool rg__grow(rg_ctx *ctx, void **arr, size_t esz, size_t need, size_t *cap);
+
+/* --- the trace file (trace.c; rg_options.trace_path, RG_TRACE=<path>) ---
+   ctx->trace is NULL when it is off, and every hook is behind a test of it. Events go on
+   two tracks: the host's (record, drain, capture, replay, transfers, allocations) and the
+   device's (each op's span: CPU host time of its kernel, CUDA device time of its launches;
+   or one span per replayed CUDA graph). Times are rg__trace_now's microseconds. */
+enum { RG_TRACK_HOST = 1, RG_TRACK_DEVICE = 2 };
+/* Opens path (another context's path of this process gets "-2", "-3"... before its
+   extension) and writes the file's head: RG_ERR_IO (the error set) if it cannot. */
+rg_status rg__trace_open(rg_ctx *ctx, const char *path);
+/* The last flush and the file closed: RG_ERR_IO if any write failed (the error set). */
+rg_status rg__trace_close(rg_ctx *ctx);
+double rg__trace_now(const rg_ctx *ctx);
+/* One event: ph 'X' a span [ts, ts + dur], 'i' an instant, 'C' a counter (its args are
+   the series); args is a printf format of the members of the event's "args" object
+   (strings in them must be JSON-safe), or NULL. */
+void rg__trace_event(rg_ctx *ctx, char ph, int track, const char *name, double ts, double dur,
+                     const char *args, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
+void rg__trace_op(rg_ctx *ctx, size_t k, double ts, double dur); /* node k's span, device track */
+void rg__trace_recorded(rg_ctx *ctx); /* a node was queued: the recording span starts */
+/* The drain of nodes [first, last) that began at ts ended with st (failing at node
+   failed): its recording and drain spans, the pools' counter, then a flush. */
+void rg__trace_drain(rg_ctx *ctx, rg_drain_reason why, size_t first, size_t last, double ts,
+                     rg_status st, size_t failed);
+void rg__trace_xfer(rg_ctx *ctx, bool down, rg_site site, size_t bytes);
+void rg__trace_flush(rg_ctx *ctx);
+const char *rg__drain_reason_name(rg_drain_reason why);
 
 /* --- errors (error.c) --- */
 /* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
@@ -326,12 +359,16 @@ uint32_t rg__shadow(rg_ctx *ctx, uint32_t param);
 void rg__shadow_stale(rg_ctx *ctx, uint32_t param);
 void rg__shadows_stale(rg_ctx *ctx);
 void rg__free_params(rg_ctx *ctx); /* the names and tables of every parameter (param.c) */
-/* Counts one transfer of bytes in a total of ctx->st and in its call site's entry. */
-static inline void rg__count_xfer(rg_xfer *total, rg_xfer *site, size_t bytes) {
+/* Counts one transfer of bytes, host to device or (down) device to host, in ctx->st's
+   total and in its call site's entry, and reports it to the trace file. */
+static inline void rg__count_xfer(rg_ctx *ctx, bool down, rg_site site, size_t bytes) {
+  rg_xfer *total = down ? &ctx->st.down : &ctx->st.up;
+  rg_xfer *at = down ? &ctx->st.down_site[site] : &ctx->st.up_site[site];
   total->count++;
   total->bytes += bytes;
-  site->count++;
-  site->bytes += bytes;
+  at->count++;
+  at->bytes += bytes;
+  if (ctx->trace) rg__trace_xfer(ctx, down, site, bytes);
 }
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *out);
 
@@ -402,6 +439,9 @@ static inline size_t rg__align_up(size_t n) {
 }
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);
 void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
+/* The trace's span of an arena's chunk made or freed (what) since ts, and its counter. */
+void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t bytes,
+                     double ts, bool ok);
 /* The smallest released range that holds need bytes (the lowest offset among equals),
    cut from its front, with its offset in *off; NULL if none fits. */
 void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);

@@ -721,7 +721,7 @@ static uint32_t step_tensor(rg_ctx *ctx) {
   n->out[0] = ctx->rngstep;
   n->i[1] = sizeof(uint64_t);
   n->aux = stage;
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_RNG], sizeof(uint64_t));
+  rg__count_xfer(ctx, false, RG_SITE_RNG, sizeof(uint64_t));
   if (rg__commit(ctx, n) != RG_OK) return 0;
   ctx->rngstep_gen = ctx->pool[RG_POOL_PASS].gen;
   return ctx->rngstep;

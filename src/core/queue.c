@@ -87,6 +87,7 @@ rg_status rg__commit(rg_ctx *ctx, rg_node *n) {
   }
   ctx->st.nodes_recorded++;
   size_t queued = ctx->n_nodes - ctx->q_head;
+  if (ctx->trace && queued == 1) rg__trace_recorded(ctx);
   if (queued > ctx->st.queue_peak) ctx->st.queue_peak = queued;
   if (ctx->opt.check) return rg__drain(ctx, RG_DRAIN_CHECK);
   if (queued >= ctx->opt.max_queued) return rg__drain(ctx, RG_DRAIN_GUARD);
@@ -117,10 +118,8 @@ static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_
 
 /* RG_TRACE=1 / rg_options.trace: one line per node on stderr as a drain starts. */
 static void trace(rg_ctx *ctx, size_t first, size_t last, rg_drain_reason why) {
-  static const char *const reason[RG_DRAIN_REASON_COUNT] = {
-      "read", "write", "sync", "step", "reset", "close", "guard", "check", "save"};
-  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", reason[why], last - first,
-          ctx->devname);
+  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", rg__drain_reason_name(why),
+          last - first, ctx->devname);
   for (size_t k = first; k < last; k++) {
     const rg_node *n = &ctx->nodes[k];
     const char *lab = rg__label_str(ctx, n->label);
@@ -148,17 +147,15 @@ static uint32_t keep_failure(rg_ctx *ctx, const char *msg) {
 
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why) { return rg__drain_read(ctx, why, NULL); }
 
-rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
-  size_t first = ctx->q_head, last = ctx->n_nodes;
-  if (first == last) return RG_OK;
-  if (ctx->opt.trace) trace(ctx, first, last, why);
-  ctx->q_head = last; /* detached before it runs: never retried */
-  ctx->st.drains++;
-  ctx->st.drain_reason[why]++;
+/* The drain of [first, last): runs it and sets its values' states; the failing node (or
+   last) in *failed. */
+static rg_status run(rg_ctx *ctx, size_t first, size_t last, rg_readback *rb,
+                     size_t *failed_out) {
   size_t failed = last;
   rg_status soft = RG_OK;
   char msg[768] = "";
   rg_status st = ctx->be->execute(ctx, first, last, &failed, &soft, msg, sizeof msg, rb);
+  *failed_out = failed;
   if (st == RG_OK) {
     set_state(ctx, first, last, RG_READY, 0);
     ctx->st.nodes_executed += last - first;
@@ -175,6 +172,7 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
     return RG_OK;
   }
   if (failed < first || failed >= last) failed = first;
+  *failed_out = failed;
   const rg_node *n = &ctx->nodes[failed];
   const char *lab = rg__label_str(ctx, n->label);
   char full[1024];
@@ -188,6 +186,20 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
     ctx->err = st;
     snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", full);
   }
+  return st;
+}
+
+rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
+  size_t first = ctx->q_head, last = ctx->n_nodes, failed = last;
+  if (first == last) return RG_OK;
+  if (ctx->opt.trace) trace(ctx, first, last, why);
+  ctx->q_head = last; /* detached before it runs: never retried */
+  ctx->st.drains++;
+  ctx->st.drain_reason[why]++;
+  if (!ctx->trace) return run(ctx, first, last, rb, &failed);
+  double ts = rg__trace_now(ctx);
+  rg_status st = run(ctx, first, last, rb, &failed);
+  rg__trace_drain(ctx, why, first, last, ts, st, failed);
   return st;
 }
 

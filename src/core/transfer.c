@@ -35,7 +35,7 @@ rg_tensor rg_input(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, cons
   n->out[0] = out;
   n->i[1] = (int64_t)bytes;
   n->aux = stage;
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_INPUT], bytes);
+  rg__count_xfer(ctx, false, RG_SITE_INPUT, bytes);
   return rg__commit(ctx, n) == RG_OK ? rg__handle(ctx, out) : RG_NONE;
 }
 
@@ -60,7 +60,7 @@ rg_tensor rg_constant(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims,
     p->n = n0;
     return rg__fail(ctx, st, "rg_constant", "the upload failed"), RG_NONE;
   }
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_INPUT], t->nbytes);
+  rg__count_xfer(ctx, false, RG_SITE_INPUT, t->nbytes);
   return rg__handle(ctx, c);
 }
 
@@ -111,7 +111,7 @@ static rg_status read_into(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes, co
   rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, call, RG_DRAIN_READ, &st, false, &ds, &rb);
   if (!ti) return st;
   if (!rb.done && (st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
-  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], bytes);
+  rg__count_xfer(ctx, true, RG_SITE_READ, bytes);
   return ds == RG_ERR_NONFINITE ? ds : RG_OK; /* everything ran; the barrier still reports */
 }
 
@@ -146,6 +146,6 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   ti->state = RG_READY;
   ti->fail = 0;
   rg__shadow_stale(ctx, ref);
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_WRITE], bytes);
+  rg__count_xfer(ctx, false, RG_SITE_WRITE, bytes);
   return RG_OK;
 }

@@ -348,6 +348,17 @@ static int join_ranks(run *r) {
   return 0;
 }
 
+/* --trace's file: the path, or with --distributed "-rankR" before its extension (so each
+   rank writes its own; the rank is RG_RANK's, which resgrad-run sets). */
+static const char *trace_path(const opts *o, char *buf, size_t cap) {
+  const char *rank = getenv("RG_RANK");
+  if (!o->distributed || !rank || !*rank) return o->trace;
+  const char *slash = strrchr(o->trace, '/'), *dot = strrchr(o->trace, '.');
+  if (!dot || (slash && dot < slash)) dot = o->trace + strlen(o->trace);
+  snprintf(buf, cap, "%.*s-rank%.8s%s", (int)(dot - o->trace), o->trace, rank, dot);
+  return buf;
+}
+
 int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   const opts *o = r->o;
   rg_options ro = {0};
@@ -360,7 +371,13 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   ro.pass_budget = pass_budget;
   ro.persistent_budget = persistent_budget;
   ro.nonfinite_checkpoints = (int)o->allow_nonfinite;
+  char trace[4096 + 32];
+  if (o->trace && !dry) ro.trace_path = trace_path(o, trace, sizeof trace);
   rg_status st = rg_open(&r->ctx, &ro);
+  if (st == RG_ERR_IO && ro.trace_path) {
+    errorf("--trace '%s': cannot write the trace file there (RG_ERR_IO)", ro.trace_path);
+    return EXIT_RUNTIME;
+  }
   if (st != RG_OK) {
     errorf("--device %s: cannot open it: %s%s", o->device, rg_status_str(st),
            st == RG_ERR_UNSUPPORTED ? " (no CUDA in this build or machine; use --device cpu)" : "");

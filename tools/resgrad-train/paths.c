@@ -139,6 +139,7 @@ int check_paths(const opts *o, paths *out) {
     {"--resume", o->resume, 0},
     {"--save", o->save, 1},
     {"--plot", o->plot, 1},
+    {"--trace", o->trace, 1},
   };
   file_id f[sizeof want / sizeof *want];
   int n = 0;

@@ -45,7 +45,7 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 /* ---- options (options.c) ---------------------------------------------------------------- */
 
 typedef struct opts {
-  const char *text, *tokens, *val_tokens, *device, *save, *resume, *plot, *prompt;
+  const char *text, *tokens, *val_tokens, *device, *save, *resume, *plot, *trace, *prompt;
   int64_t vocab, digits, block, layers, width, heads;
   int64_t steps, stop_at, batch, warmup, threads, eval, eval_every, log_every, sample;
   int64_t save_every, top_k;
