@@ -311,7 +311,8 @@ RG_API int rg_is_live(rg_ctx *ctx, rg_tensor t);
    NUL-terminates them when cap > 0 (buf may be NULL when cap is 0). The line is dtype,
    shape, pool, the pool's generation and the slot (from 1), the parameter's name (or
    whose gradient it is), "pending" or "ready" followed by the op that made it and its
-   label, "requires grad" and "has grad" (rg_grad would return one) where they hold, and
+   label, "requires grad" and "has grad" (rg_grad would return one), "imported"
+   (rg_import) and "lent N times" (open rg_export loans) where they hold, and
    for a value whose drain failed, last, "failed: " and that drain's message, e.g.
      F32 [32,11,64] pass gen 3 slot 17, pending: rg_linear [block0/mlp], requires grad
    A handle that is not live reads "RG_NONE", "stale (pass pool generation 2, now 3)" or

@@ -170,6 +170,11 @@ static void test_import(void) {
   rg_memref e;
   CHECK_ST(ctx, rg_export(ctx, v, NULL, &e), RG_OK);
   CHECK(e.data == buf, "an import lends the caller's address");
+  char line[256];
+  rg_describe(ctx, x, line, sizeof line);
+  CHECK(strstr(line, "imported") != NULL, "describe an import: %s", line);
+  rg_describe(ctx, v, line, sizeof line);
+  CHECK(strstr(line, "lent 1 time (rg_export)") != NULL, "describe a loan: %s", line);
   CHECK_ST(ctx, rg_step_begin(ctx), RG_ERR_MISUSE);
   rg_clear_error(ctx);
   CHECK(released[0] == 0, "no release while the pass lives");
