@@ -615,9 +615,10 @@ typedef struct rg_memref {
   int64_t dims[RG_MAX_DIMS]; /* the first ndim are used */
 } rg_memref;
 
-/* Barrier; then lends t's bytes: fills *out with where they are. If the drain this call
-   runs fails before reaching t, or t's drain failed earlier, the status is rg_read's for
-   t (the drain's, or RG_ERR_FAILED) and nothing is lent; a drain that reports
+/* Barrier (counted as RG_DRAIN_READ); then lends t's bytes: fills *out with where they
+   are, the bytes rg_read would copy. If the drain this call runs fails before reaching
+   t, or t's drain failed earlier, the status is rg_read's for t (the drain's, or
+   RG_ERR_FAILED) and nothing is lent; a drain that reports
    RG_ERR_NONFINITE (rg_clip_grad_norm) lends nothing either and returns it: call again.
    Only RG_OK lends. On CUDA the bytes are ready for work the borrower queues on stream
    (a cudaStream_t, or cudaStreamLegacy / cudaStreamPerThread): the context's stream
