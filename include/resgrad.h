@@ -222,8 +222,10 @@ typedef struct rg_options {
    build or machine without it, RG_ERR_OOM, RG_ERR_MISUSE for ctx == NULL). Not a barrier. */
 RG_API rg_status rg_open(rg_ctx **ctx, const rg_options *opt);
 /* Runs pending work (barrier), frees everything the context owns, including optimizers
-   not yet freed. NULL is fine. Returns the status of that last drain; the context is
-   freed either way and must not be used again. */
+   not yet freed and memory lent by rg_export (open loans or not: a borrower must not
+   touch it afterwards), then calls the release of every rg_import of the pass (also
+   after a failed drain). NULL is fine. Returns the status of that last drain; the
+   context is freed either way and must not be used again. */
 RG_API rg_status rg_close(rg_ctx *ctx);
 /* First error since the last rg_clear_error (sticky), RG_OK if none. NULL ctx: MISUSE. */
 RG_API rg_status rg_error(const rg_ctx *ctx);
@@ -267,13 +269,17 @@ RG_API void rg_label_pop(rg_ctx *ctx);
 
 /* Barrier; then frees the pass pool, bumps its generation and clears the autograd tape.
    Handles from the pass pool become stale. Persistent tensors are untouched. The status
-   is that of the drain; the pass pool is reset even when the drain failed. */
+   is that of the drain; the pass pool is reset even when the drain failed, and then the
+   release of every rg_import of the pass is called. While a pass tensor is lent
+   (rg_export) it refuses at once with RG_ERR_MISUSE: nothing is run or reset. */
 RG_API rg_status rg_step_begin(rg_ctx *ctx);
 /* Barrier without a read. Returns the drain's status. */
 RG_API rg_status rg_sync(rg_ctx *ctx);
 /* Barrier; then frees the pool and bumps its generation. Resetting the persistent pool
    also frees every parameter, gradient and optimizer state (optimizers stay allocated
-   but hold no parameters: free them). */
+   but hold no parameters: free them). Resetting the pass pool calls the release of
+   every rg_import of the pass, as rg_step_begin does. While a tensor of the pool is lent
+   (rg_export) it refuses at once with RG_ERR_MISUSE: nothing is run or reset. */
 RG_API rg_status rg_reset(rg_ctx *ctx, rg_pool pool);
 /* Current generation of a pool (starts at 1; 0 for a NULL ctx). */
 RG_API uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool);
@@ -330,7 +336,8 @@ RG_API int rg_is_live(rg_ctx *ctx, rg_tensor t);
    NUL-terminates them when cap > 0 (buf may be NULL when cap is 0). The line is dtype,
    shape, pool, the pool's generation and the slot (from 1), the parameter's name (or
    whose gradient it is), "pending" or "ready" followed by the op that made it and its
-   label, "requires grad" and "has grad" (rg_grad would return one) where they hold, and
+   label, "requires grad" and "has grad" (rg_grad would return one), "imported"
+   (rg_import) and "lent N times" (open rg_export loans) where they hold, and
    for a value whose drain failed, last, "failed: " and that drain's message, e.g.
      F32 [32,11,64] pass gen 3 slot 17, pending: rg_linear [block0/mlp], requires grad
    A handle that is not live reads "RG_NONE", "stale (pass pool generation 2, now 3)" or
@@ -718,6 +725,80 @@ RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
    the key is set again, rg_load or rg_close) or NULL; after rg_load it holds the file's. */
 RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
 RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
+
+/* ---- sharing memory with other libraries ------------------------------------------
+   Zero-copy exchange with array libraries (NumPy, PyTorch, CuPy...), the primitives a
+   DLPack binding needs: rg_export lends a tensor's bytes to another library, rg_import
+   wraps another library's bytes as a tensor. Neither copies or allocates device memory.
+   A dry-run context refuses both (RG_ERR_UNSUPPORTED). */
+
+/* Where a tensor's bytes are: C-contiguous (row-major, no strides), starting at data. */
+typedef struct rg_memref {
+  void *data;            /* the first element; device memory on CUDA */
+  rg_device device;      /* RG_DEVICE_CPU (host memory) or RG_DEVICE_CUDA */
+  int device_index;      /* the GPU's ordinal for CUDA, 0 for the CPU */
+  rg_dtype dtype;
+  int ndim;              /* 0 to RG_MAX_DIMS */
+  int64_t dims[RG_MAX_DIMS]; /* the first ndim are used */
+} rg_memref;
+
+/* Barrier (counted as RG_DRAIN_READ); then lends t's bytes: fills *out with where they
+   are, the bytes rg_read would copy. If the drain this call runs fails before reaching
+   t, or t's drain failed earlier, the status is rg_read's for t (the drain's, or
+   RG_ERR_FAILED) and nothing is lent; a drain that reports
+   RG_ERR_NONFINITE (rg_clip_grad_norm) lends nothing either and returns it: call again.
+   Only RG_OK lends. On CUDA the bytes are ready for work the borrower queues on stream
+   (a cudaStream_t, or cudaStreamLegacy / cudaStreamPerThread): the context's stream
+   records an event that stream waits for, so nothing waits on the host; stream NULL
+   waits on the host until the context's work is done (right for the legacy default
+   stream and for host code that reads at once). The CPU ignores stream.
+   A lent tensor is pinned: while any tensor of a pool is lent, rg_step_begin and rg_reset
+   of that pool refuse with RG_ERR_MISUSE at once, before their barrier (nothing is run or
+   freed), with a message that says how many loans of that pool are open; so the bytes
+   stay valid and keep holding t. Each rg_export is undone by one rg_unexport of the same
+   handle (a DLPack deleter calls it); lend as often as needed. Lending a view (rg_reshape
+   of a pass tensor) pins the bytes it shares. A persistent tensor can be lent too: a
+   parameter's borrower sees the optimizer's in-place updates (and rg_write, rg_load) as
+   they run. The borrower may also write the bytes; its writes must be complete, or
+   ordered before work queued on rg_stream(ctx), before the next barrier that reads them.
+   rg_close frees lent memory regardless: a borrower must not touch it after rg_close. */
+RG_API rg_status rg_export(rg_ctx *ctx, rg_tensor t, void *stream, rg_memref *out);
+/* Ends one loan of t (one earlier rg_export of this handle); when a pool's last loan ends,
+   its rg_step_begin or rg_reset works again. MISUSE if t has no open loan. Not a
+   barrier. */
+RG_API rg_status rg_unexport(rg_ctx *ctx, rg_tensor t);
+/* A new pass tensor whose bytes are the caller's memory m->data: no copy, no arena bytes
+   (rg_stats' pass_bytes and the pass budget do not count it), no gradient, ready to read.
+   m->device must be the context's device (and m->device_index its GPU), m->dtype any
+   rg_dtype, m->ndim and m->dims as for rg_input, m->data non-NULL and aligned to
+   rg_import_align(ctx) bytes; otherwise RG_ERR_MISUSE naming what differs (a misaligned
+   address: copy it first). On CUDA the address must be memory of the context's GPU.
+   The producer's writes to the memory must be complete, or ordered before work queued on
+   rg_stream(ctx), when rg_import is called (that is what DLPack's stream argument is for:
+   pass rg_stream(ctx) to the producer). The tensor is read by every op, reshaped (a view
+   of the same bytes), lent again by rg_export (pinning it as above), and rg_write writes
+   the caller's memory; an op's output is never placed in it. Steps captured as CUDA
+   graphs bake addresses in: a drain replays a captured graph only when every tensor it
+   touches, an import included, is at the address of the capture, so importing another
+   buffer each step gives right values (and replays once the same addresses recur, as
+   with a rotating set of buffers). release(user) (release may be NULL) is called
+   exactly once, when resgrad no longer touches the memory: when the pass pool is reset
+   (rg_step_begin, rg_reset(RG_POOL_PASS)), after the barrier that runs every queued
+   reader, or at rg_close (also after a failed drain). It must not call resgrad on ctx.
+   A call that fails (RG_NONE) keeps nothing and never calls release: the caller still
+   owns the memory. Until release, the memory must stay allocated and hold the tensor's
+   value. */
+RG_API rg_tensor rg_import(rg_ctx *ctx, const rg_memref *m, void (*release)(void *user),
+                           void *user);
+/* The context's CUDA stream (a cudaStream_t), on which every drain runs: the stream to
+   name to a producer whose memory is imported, and for ordering other work after a
+   drain's. NULL for the CPU and for a dry run (and a NULL ctx). Not a barrier. */
+RG_API void *rg_stream(rg_ctx *ctx);
+/* The alignment in bytes rg_import requires of memory, the same for every dtype: the
+   widest access the device's kernels make from a tensor's start. 16 on CUDA (float4 and
+   16-byte bf16 loads; the allocators of CUDA and the array libraries give 256), 4 on the
+   CPU (an F32 or I32 element). A dry run's is its device's; 0 for a NULL ctx. */
+RG_API size_t rg_import_align(rg_ctx *ctx);
 
 /* ---- distributed (data-parallel) training ------------------------------------------
    One process per rank, each with its own context and the same model; each trains on its

@@ -92,16 +92,21 @@ void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off) {
   return p;
 }
 
+void rg__unpin(rg_ctx *ctx, uint32_t root) {
+  rg_tinfo *b = rg__t(ctx, root);
+  if (--b->pins == 0 && (b->flags & RG_T_DEAD)) rg__release(ctx, root);
+}
+
 void rg__release(rg_ctx *ctx, uint32_t ref) {
   rg_tinfo *t = rg__t(ctx, ref);
-  if (ref >> 31 || (t->flags & RG_T_FREED)) return;
+  /* An import's bytes are the caller's: an op's output must never be placed in them. */
+  if (ref >> 31 || (t->flags & RG_T_FREED) || t->import) return;
   if (t->alias) { /* a view owns no bytes: it unpins its base, which may be dead already */
     t->flags |= RG_T_FREED;
-    rg_tinfo *b = rg__t(ctx, t->alias);
-    if (--b->pins == 0 && (b->flags & RG_T_DEAD)) rg__release(ctx, t->alias);
+    rg__unpin(ctx, t->alias);
     return;
   }
-  if (t->pins) { /* views still read these bytes: released with the last of them */
+  if (t->pins) { /* views or exports still read these bytes: released with the last */
     t->flags |= RG_T_DEAD;
     return;
   }

@@ -114,6 +114,8 @@ rg_status rg_close(rg_ctx *ctx) {
     ctx->be->close(ctx);
   }
   if (ctx->trace && rg__trace_close(ctx) != RG_OK && st == RG_OK) st = RG_ERR_IO;
+  rg__imports_release(ctx); /* the backend closed: nothing reads them any more */
+  rg__free(ctx, ctx->imports);
   for (int p = 0; p < 2; p++) {
     rg__free(ctx, ctx->pool[p].t);
     rg__free(ctx, ctx->pool[p].arena.chunks);
@@ -135,7 +137,7 @@ rg_status rg_close(rg_ctx *ctx) {
 
 const char *rg_device_name(const rg_ctx *ctx) { return ctx ? ctx->devname : ""; }
 rg_device rg_device_kind(const rg_ctx *ctx) {
-  return ctx && ctx->dev == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+  return ctx ? rg__device(ctx) : RG_DEVICE_CPU;
 }
 rg_status rg_device_memory(rg_ctx *ctx, size_t *available, size_t *total) {
   if (!ctx) return RG_ERR_MISUSE;

@@ -47,11 +47,15 @@ typedef struct rg_tinfo {
   uint32_t grad;  /* ref of the gradient: persistent for params, pass otherwise */
   uint32_t gref;  /* rg_backward: how many tensors hold this one as their gradient */
   uint32_t alias; /* a view (rg_reshape of a pass tensor): the tensor whose bytes it uses */
-  uint32_t pins;  /* views of this tensor: its bytes are released only when they are, too */
+  uint32_t pins;  /* views of this tensor and open exports of it or of its views: its
+                     bytes are released only when they are gone, too */
   uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
   uint32_t shadow; /* a parameter: its BF16 shadow's ref, or 0 */
   uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
   int32_t param;  /* index into ctx->params, or -1 */
+  uint32_t exports; /* rg_export calls on this handle not yet undone by rg_unexport */
+  uint32_t import;  /* rg_import: index + 1 into ctx->imports (its bytes are the caller's,
+                       never the arena's), or 0 */
 } rg_tinfo;
 
 typedef struct rg_trace rg_trace;
@@ -227,6 +231,19 @@ typedef struct rg_backend {
   /* 1 if the device is usable here, so that RG_DEVICE_AUTO takes this backend; touches no
      context. NULL: never taken by RG_DEVICE_AUTO. */
   int (*available)(void);
+  /* Sharing memory with other libraries (share.c). import_align: the alignment in bytes
+     that memory rg_import wraps must have, so that every kernel's widest access to a
+     tensor's elements from its start is aligned (arena tensors have RG_ALIGN, more). */
+  size_t import_align;
+  /* The context's stream for rg_stream (CUDA: its cudaStream_t); NULL: none. */
+  void *(*stream)(rg_ctx *ctx);
+  /* Orders work queued on the other library's stream (NULL: the host) after everything
+     queued on the context's, without waiting where the device can order it. NULL: every
+     drain has finished its work when it returns (the CPU). */
+  rg_status (*handoff)(rg_ctx *ctx, void *stream);
+  /* Whether p is memory of the context's device, which its kernels may read; on refusal
+     writes why to msg. NULL: not checked (the CPU cannot tell). */
+  rg_status (*owns)(rg_ctx *ctx, const void *p, char *msg, size_t msgcap);
 } rg_backend;
 #define RG_DIST_ID 128 /* bytes of a group's name (NCCL's unique id) */
 
@@ -279,6 +296,11 @@ struct rg_ctx {
   uint64_t saves;          /* rg_save calls: part of each temporary file's name */
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */
   int nmeta, capmeta;      /* entries (pairs) */
+  uint32_t exports[2];     /* open rg_export calls per pool: while any is open, rg_step_begin
+                              and rg_reset of that pool refuse (their memory is in use) */
+  struct rg_imported *imports; /* this pass's rg_import calls, in order: whom to tell when the
+                              pass pool resets or the context closes */
+  uint32_t nimports, capimports;
   rg_stats st;
   struct rg_trace *trace;  /* the trace file (trace.c), or NULL: off */
   /* allocation-failure injection (tests): fail the alloc_fail_at-th allocation */
@@ -326,6 +348,15 @@ void rg__trace_xfer(rg_ctx *ctx, bool down, rg_site site, size_t bytes);
 void rg__trace_flush(rg_ctx *ctx);
 const char *rg__drain_reason_name(rg_drain_reason why);
 
+/* The context's device (a dry run's: the one it models), as rg_device_kind says it. */
+static inline rg_device rg__device(const rg_ctx *ctx) {
+  return ctx->dev == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+}
+
+/* What rg_import keeps of one import: its release callback, called once when the pass
+   pool resets or the context closes (rg__imports_release). */
+typedef struct rg_imported { void (*release)(void *user); void *user; } rg_imported;
+
 /* --- errors (error.c) --- */
 /* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
 rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt, ...);
@@ -345,6 +376,10 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
 /* New tensor in a pool; 0 on error (OOM/MISUSE set). */
 uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
                  const char *call);
+/* A pass tensor on bytes the caller owns (rg_import): data is its address, no arena
+   bytes, no budget, READY. Checks ndim and dims as rg__new does. 0 on error. */
+uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void *data,
+                   const char *call);
 size_t rg__dtype_size(int dt);
 const char *rg__dtype_name(int dt);
 /* The index of the first NaN or Inf among n elements of dtype at p (host memory), or -1
@@ -388,8 +423,20 @@ rg_status rg__commit(rg_ctx *ctx, rg_node *n); /* after ins/outs set: tape + gua
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why);
 rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb);
 void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this pass */
+/* Calls the release of every import of this pass, in order, and forgets them: after a
+   drain (a reset of the pass pool, rg_close), when nothing queued reads them. */
+void rg__imports_release(rg_ctx *ctx);
 /* rg__stage holding a copy of src; in a dry run a fake address and nothing copied. */
 void *rg__stage_copy(rg_ctx *ctx, const void *src, size_t bytes);
+
+/* --- transfers (transfer.c) --- */
+/* The barrier of a read (rg_read, rg_export): drains (passing rb along), then t's info,
+   or NULL with *st set when the drain failed on the way to t (the drain's status; its
+   message is the sticky one) or t failed in an earlier drain (RG_ERR_FAILED). overwrite
+   (rg_write): a failed value is returned too. *drained (may be NULL): the drain's
+   status, also when t was returned. */
+rg_tinfo *rg__settle(rg_ctx *ctx, uint32_t ref, const char *call, rg_drain_reason why,
+                     bool overwrite, rg_status *st, rg_status *drained, rg_readback *rb);
 
 /* --- ops and autograd --- */
 typedef struct rg_opinfo {
@@ -449,6 +496,9 @@ void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
    no handle outside the core can reach and whose readers were all recorded already
    (execution follows recording order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
+/* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
+   its bytes go back to the arena if rg__release found it dead and this was the last. */
+void rg__unpin(rg_ctx *ctx, uint32_t root);
 /* A pass tensor of shape s (same element count and dtype) on the bytes of pass tensor
    base: no allocation. The caller records the node that "makes" it. 0 on failure. */
 uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call);

@@ -8,6 +8,9 @@
  *    READY, its outputs and every later pass-pool output become FAILED with the message,
  *    and the queue is dropped (never retried). Persistent tensors never become FAILED:
  *    an in-place update that did not run simply left the old value.
+ *  - rg_step_begin and rg_reset of a pool refuse, before draining, while any of its
+ *    tensors is exported (ctx->exports); a reset of the pass pool calls the release of
+ *    every import after its drain, so no node that reads one runs after it.
  *  - n_nodes <= opt.max_pass_nodes (<= UINT32_MAX, so a node index + 1 fits a tensor's
  *    32-bit node field): the guard drain bounds the queue, this bounds the tape.
  */
@@ -207,8 +210,16 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
 
 rg_status rg_sync(rg_ctx *ctx) { return ctx ? rg__drain(ctx, RG_DRAIN_SYNC) : RG_ERR_MISUSE; }
 
+void rg__imports_release(rg_ctx *ctx) {
+  uint32_t n = ctx->nimports;
+  ctx->nimports = 0; /* each release is called once, whatever a release does */
+  for (uint32_t i = 0; i < n; i++)
+    if (ctx->imports[i].release) ctx->imports[i].release(ctx->imports[i].user);
+}
+
 static void reset_pass(rg_ctx *ctx) {
   rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
+  rg__imports_release(ctx); /* after the drain: no queued node reads them any more */
   rg__arena_reset(ctx, &p->arena, false, false);
   rg__arena_reset(ctx, &ctx->stage, true, false);
   p->gen++;
@@ -245,8 +256,23 @@ static void reset_persistent(rg_ctx *ctx) {
   ctx->one = 0;
 }
 
+/* MISUSE, before anything is drained or reset, while memory of pool is exported: the
+   other library's arrays still use it (share.c). */
+static rg_status refuse_exported(rg_ctx *ctx, rg_pool pool, const char *call) {
+  uint32_t n = ctx->exports[pool];
+  if (!n) return RG_OK;
+  return rg__fail(ctx, RG_ERR_MISUSE, call, "%u export%s of %s-pool tensors %s open "
+                  "(rg_export without rg_unexport), so another library still uses that "
+                  "memory; nothing was run or reset. Release them first: drop the other "
+                  "library's arrays (their deleters call rg_unexport), or copy them and "
+                  "call rg_unexport",
+                  n, n == 1 ? "" : "s", pool == RG_POOL_PASS ? "pass" : "persistent",
+                  n == 1 ? "is" : "are");
+}
+
 rg_status rg_step_begin(rg_ctx *ctx) {
   if (!ctx) return RG_ERR_MISUSE;
+  if (refuse_exported(ctx, RG_POOL_PASS, "rg_step_begin") != RG_OK) return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_STEP);
   reset_pass(ctx);
   ctx->step++;
@@ -258,6 +284,7 @@ rg_status rg_reset(rg_ctx *ctx, rg_pool pool) {
   if (pool != RG_POOL_PASS && pool != RG_POOL_PERSISTENT)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_reset", "pool %d is not RG_POOL_PASS or "
                     "RG_POOL_PERSISTENT", (int)pool);
+  if (refuse_exported(ctx, pool, "rg_reset") != RG_OK) return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_RESET);
   if (pool == RG_POOL_PASS) reset_pass(ctx);
   else reset_persistent(ctx);

@@ -31,30 +31,6 @@ int64_t rg__nonfinite(const void *p, int dtype, int64_t n, float *v) {
 
 /* ---- tensors --------------------------------------------------------------------------- */
 
-uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call) {
-  rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
-  size_t cap = p->cap;
-  if (!rg__grow(ctx, (void **)&p->t, sizeof *p->t, (size_t)p->n + 1, &cap)) {
-    rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the tensor table");
-    return 0;
-  }
-  p->cap = (uint32_t)cap;
-  uint32_t root = rg__t(ctx, base)->alias ? rg__t(ctx, base)->alias : base;
-  rg_tinfo *r = rg__t(ctx, root), *t = &p->t[p->n++];
-  memset(t, 0, sizeof *t);
-  t->dtype = (uint8_t)s.dtype;
-  t->ndim = (uint8_t)s.ndim;
-  for (int i = 0; i < s.ndim; i++) t->dims[i] = s.dims[i];
-  t->numel = r->numel;
-  t->nbytes = r->nbytes;
-  t->off = r->off;
-  t->data = r->data;
-  t->param = -1;
-  t->alias = root;
-  r->pins++;
-  return p->n; /* pool 0: (0 << 31) | slot + 1 */
-}
-
 rg_tensor rg__handle(rg_ctx *ctx, uint32_t ref) {
   if (!ref) return RG_NONE;
   uint64_t pool = ref >> 31, gen = ctx->pool[pool].gen & 0x7fffffffu;
@@ -101,25 +77,77 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
   return RG_OK;
 }
 
-uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
-                 const char *call) {
-  if (ndim < 0 || ndim > RG_MAX_DIMS) {
-    rg__fail(ctx, RG_ERR_MISUSE, call, "ndim %d is outside [0, %d]", ndim, RG_MAX_DIMS);
-    return 0;
-  }
-  if (ndim && !dims) {
-    rg__fail(ctx, RG_ERR_MISUSE, call, "dims is NULL for ndim %d", ndim);
-    return 0;
-  }
+/* The element count of a shape, or -1 after failing (MISUSE) for a bad ndim or dims. */
+static int64_t shape_numel(rg_ctx *ctx, int ndim, const int64_t *dims, const char *call) {
+  if (ndim < 0 || ndim > RG_MAX_DIMS)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "ndim %d is outside [0, %d]", ndim,
+                    RG_MAX_DIMS), -1;
+  if (ndim && !dims)
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "dims is NULL for ndim %d", ndim), -1;
   int64_t numel = 1;
   for (int i = 0; i < ndim; i++) {
-    if (dims[i] < 0 || (dims[i] && numel > ((int64_t)1 << 40) / dims[i])) {
-      rg__fail(ctx, RG_ERR_MISUSE, call, "dimension %d is %lld; sizes must be in [0, 2^40]",
-               i, (long long)dims[i]);
-      return 0;
-    }
+    if (dims[i] < 0 || (dims[i] && numel > ((int64_t)1 << 40) / dims[i]))
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "dimension %d is %lld; sizes must be in "
+                      "[0, 2^40]", i, (long long)dims[i]), -1;
     numel *= dims[i];
   }
+  return numel;
+}
+
+/* A new entry at the end of pool's table, zeroed but for its shape; NULL after failing
+   (OOM) when the table cannot grow. */
+static rg_tinfo *new_entry(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                           const int64_t *dims, int64_t numel, const char *call) {
+  rg_pool_s *p = &ctx->pool[pool];
+  size_t cap = p->cap;
+  if (!rg__grow(ctx, (void **)&p->t, sizeof *p->t, (size_t)p->n + 1, &cap)) {
+    rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the tensor table");
+    return NULL;
+  }
+  p->cap = (uint32_t)cap;
+  if (p->n >= 0x7ffffffeu) {
+    rg__fail(ctx, RG_ERR_OOM, call, "the %s pool holds 2^31 tensors; reset it",
+             pool_name(pool));
+    return NULL;
+  }
+  rg_tinfo *t = &p->t[p->n];
+  memset(t, 0, sizeof *t);
+  t->dtype = (uint8_t)dt;
+  t->ndim = (uint8_t)ndim;
+  for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
+  t->numel = numel;
+  t->nbytes = (size_t)numel * rg__dtype_size(dt);
+  t->param = -1;
+  return t;
+}
+
+uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call) {
+  uint32_t root = rg__t(ctx, base)->alias ? rg__t(ctx, base)->alias : base;
+  rg_tinfo *r = rg__t(ctx, root);
+  rg_tinfo *t = new_entry(ctx, RG_POOL_PASS, (rg_dtype)s.dtype, s.ndim, s.dims, r->numel, call);
+  if (!t) return 0;
+  r = rg__t(ctx, root); /* the table may have moved */
+  t->off = r->off;
+  t->data = r->data;
+  t->alias = root;
+  r->pins++;
+  return ++ctx->pool[RG_POOL_PASS].n; /* pool 0: (0 << 31) | slot + 1 */
+}
+
+uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void *data,
+                   const char *call) {
+  int64_t numel = shape_numel(ctx, ndim, dims, call);
+  rg_tinfo *t = numel < 0 ? NULL : new_entry(ctx, RG_POOL_PASS, dt, ndim, dims, numel, call);
+  if (!t) return 0;
+  t->data = data;
+  t->state = RG_READY;
+  return ++ctx->pool[RG_POOL_PASS].n; /* pool 0: (0 << 31) | slot + 1 */
+}
+
+uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
+                 const char *call) {
+  int64_t numel = shape_numel(ctx, ndim, dims, call);
+  if (numel < 0) return 0;
   rg_pool_s *p = &ctx->pool[pool];
   size_t nbytes = (size_t)numel * rg__dtype_size(dt);
   size_t need = rg__align_up(nbytes ? nbytes : 1);
@@ -135,17 +163,8 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
                                                    "rg_step_begin more often");
     return 0;
   }
-  size_t cap = p->cap;
-  if (!rg__grow(ctx, (void **)&p->t, sizeof *p->t, (size_t)p->n + 1, &cap)) {
-    rg__fail(ctx, RG_ERR_OOM, call, "out of host memory for the tensor table");
-    return 0;
-  }
-  p->cap = (uint32_t)cap;
-  if (p->n >= 0x7ffffffeu) {
-    rg__fail(ctx, RG_ERR_OOM, call, "the %s pool holds 2^31 tensors; reset it",
-             pool_name(pool));
-    return 0;
-  }
+  rg_tinfo *t = new_entry(ctx, pool, dt, ndim, dims, numel, call);
+  if (!t) return 0;
   size_t off = 0;
   void *data = pool == RG_POOL_PASS ? rg__arena_reuse(&p->arena, need, &off) : NULL;
   if (!data) data = rg__arena_alloc(ctx, &p->arena, nbytes, &off, false);
@@ -155,17 +174,10 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
              p->bytes);
     return 0;
   }
-  rg_tinfo *t = &p->t[p->n++];
-  memset(t, 0, sizeof *t);
-  t->dtype = (uint8_t)dt;
-  t->ndim = (uint8_t)ndim;
-  for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
-  t->numel = numel;
-  t->nbytes = nbytes;
+  p->n++;
   t->off = off;
   t->data = data;
   t->state = pool == RG_POOL_PERSISTENT ? RG_READY : RG_PENDING;
-  t->param = -1;
   p->bytes += need;
   if (p->bytes > p->peak) p->peak = p->bytes;
   return (uint32_t)pool << 31 | p->n;

@@ -66,6 +66,25 @@ rg_tensor rg_constant(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims,
 
 /* ---- reads and writes --------------------------------------------------------------- */
 
+rg_tinfo *rg__settle(rg_ctx *ctx, uint32_t ref, const char *call, rg_drain_reason why,
+                     bool overwrite, rg_status *st, rg_status *drained, rg_readback *rb) {
+  bool pending = rg__t(ctx, ref)->state == RG_PENDING;
+  rg_status ds = rg__drain_read(ctx, why, rb);
+  if (drained) *drained = ds;
+  rg_tinfo *ti = rg__t(ctx, ref);
+  if (ti->state == RG_FAILED && !overwrite) {
+    /* The drain this read ran failed on the way to the value: report that failure itself
+       (its message is the sticky one); a value failed earlier reads RG_ERR_FAILED. */
+    *st = pending && ds != RG_OK ? ds
+                                 : rg__fail(ctx, RG_ERR_FAILED, call, "this value was not "
+                                            "computed because its drain failed: %s",
+                                            ti->fail ? ctx->fails[ti->fail - 1] : "?");
+    return NULL;
+  }
+  /* A failure elsewhere in the drain does not spoil a value that was computed. */
+  return ti;
+}
+
 /* Checks t for a read or write of exactly `bytes`, draining first. A read passes rb so the
    drain that computes t also downloads it (one synchronisation). */
 static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size_t bytes,
@@ -86,22 +105,8 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
                    rg__dtype_name(ti->dtype), ti->nbytes);
     return NULL;
   }
-  bool pending = ti->state == RG_PENDING;
   if (rb) *rb = (rg_readback){(void *)buf, ti->data, bytes, false};
-  rg_status ds = rg__drain_read(ctx, why, rb);
-  if (drained) *drained = ds;
-  ti = rg__t(ctx, ref);
-  if (ti->state == RG_FAILED && !overwrite) {
-    /* The drain this read ran failed on the way to the value: report that failure itself
-       (its message is the sticky one); a value failed earlier reads RG_ERR_FAILED. */
-    *st = pending && ds != RG_OK ? ds
-                                 : rg__fail(ctx, RG_ERR_FAILED, call, "this value was not "
-                                            "computed because its drain failed: %s",
-                                            ti->fail ? ctx->fails[ti->fail - 1] : "?");
-    return NULL;
-  }
-  /* A failure elsewhere in the drain does not spoil a value that was computed. */
-  return ti;
+  return rg__settle(ctx, ref, call, why, overwrite, st, drained, rb);
 }
 
 /* rg_read and rg_item: the bytes come with the drain when there is one, else a download. */

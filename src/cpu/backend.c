@@ -232,4 +232,8 @@ const rg_backend rg_cpu_backend = {
     .execute = cpu_execute,
     .sync = cpu_sync,
     .meminfo = rg_cpu_meminfo,
+    /* The kernels read elements through their own types and no wider (the GEMM packs its
+       operands; vectors are loaded by memcpy), so an element's alignment is enough: the
+       widest element, an F32 or I32. */
+    .import_align = 4,
 };

@@ -58,6 +58,7 @@ typedef struct rg_cuda_state {
   size_t cur_cap;
   gentry last;        /* the previous drain's signature, to explain a miss */
   void *bounce;       /* pinned buffer that reads of up to BOUNCE bytes go through */
+  cudaEvent_t handoff; /* rg_export: recorded on the stream, waited for by the borrower's */
   /* RG_PROFILE=1: drains run eagerly with an event pair around each node, and the
      device time per op (all drains but the first PROF_SKIP, which pay for loading
      kernels) is printed to stderr when the context closes. */
@@ -180,6 +181,8 @@ static rg_status cuda_open(rg_ctx *ctx) {
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->lt_ws, L->lt_ws_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->scratch, L->scratch_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaHostAlloc(&s->bounce, BOUNCE, 0));
+  if (st == RG_OK) /* made here, where the context's GPU is current, as its stream is */
+    st = RG_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&s->handoff, cudaEventDisableTiming));
   if (st == RG_OK)
     st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err), 0));
   if (st == RG_OK) {
@@ -274,6 +277,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->err);
   cudaFree(L->ce_check);
   if (s->bounce) cudaFreeHost(s->bounce);
+  if (s->handoff) cudaEventDestroy(s->handoff);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
   rg__free(ctx, s);
@@ -339,6 +343,41 @@ static rg_status cuda_sync(rg_ctx *ctx) {
 static rg_status cuda_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
   rg_status st = RG_CUDA_CHECK(ctx, cudaSetDevice(ctx->device_index));
   return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaMemGetInfo(available, total)) : st;
+}
+
+/* ---- sharing memory (share.c) --------------------------------------------------------- */
+
+static void *cuda_stream(rg_ctx *ctx) { return (void *)state(ctx)->L.stream; }
+
+/* The borrower's stream waits, on the device, for everything queued on the context's;
+   NULL (the host) synchronises. */
+static rg_status cuda_handoff(rg_ctx *ctx, void *stream) {
+  rg_cuda_state *s = state(ctx);
+  if (!stream) return RG_CUDA_CHECK(ctx, cudaStreamSynchronize(s->L.stream));
+  cudaStream_t b = (cudaStream_t)stream;
+  if (b == s->L.stream) return RG_OK; /* ordered already */
+  rg_status st = RG_CUDA_CHECK(ctx, cudaEventRecord(s->handoff, s->L.stream));
+  return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaStreamWaitEvent(b, s->handoff, 0)) : st;
+}
+
+/* Device (or managed) memory of the context's GPU; host memory, pinned or not, is
+   refused: the kernels would read it across the bus, or fault. */
+static rg_status cuda_owns(rg_ctx *ctx, const void *p, char *msg, size_t msgcap) {
+  cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(msg, msgcap, "CUDA does not know the address %p (%s)", p, cudaGetErrorString(e));
+    return RG_ERR_MISUSE;
+  }
+  bool device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  if (device && a.device == state(ctx)->dev) return RG_OK;
+  if (device)
+    snprintf(msg, msgcap, "the address %p is memory of cuda:%d", p, a.device);
+  else
+    snprintf(msg, msgcap, "the address %p is %s memory, not the GPU's", p,
+             a.type == cudaMemoryTypeHost ? "pinned host" : "host");
+  return RG_ERR_MISUSE;
 }
 
 typedef rg_status (*rg_cuda_fn)(rg_kargs *k);
@@ -815,4 +854,11 @@ extern "C" const rg_backend rg_cuda_backend = {
     cuda_probe,
     cuda_meminfo,
     cuda_available,
+    /* import_align: the widest access a kernel makes from a tensor's start is 16 bytes
+       (float4, 8 bf16 in a uint4, cp.async of 16; cuDNN is told 16); cuBLASLt is told
+       each operand's real alignment (matmul.cu), and the row kernels test theirs. */
+    16,
+    cuda_stream,
+    cuda_handoff,
+    cuda_owns,
 };
