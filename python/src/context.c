@@ -54,7 +54,7 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
                           "check", "max_queued", "quiet", "trace", "tf32", "bf16",
                           "check_finite", "no_cudnn", "gemm_tune", "dry_run",
                           "nonfinite_checkpoints", "max_pass_nodes", NULL};
-  PyObject *device = NULL;
+  PyObject *device = NULL, *trace = NULL, *trace_path = NULL;
   unsigned long long seed = 0;
   Py_ssize_t pass_budget = 0, persistent_budget = 0, max_queued = 0, max_pass_nodes = 0;
   rg_options o = {0};
@@ -62,13 +62,21 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(rgpy_Error, "the context is already open");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$Kinnpnppppppippn", names, &device, &seed,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$KinnpnpOpppppippn", names, &device, &seed,
                                    &o.threads, &pass_budget, &persistent_budget, &o.check,
-                                   &max_queued, &o.quiet, &o.trace, &o.tf32, &o.bf16,
+                                   &max_queued, &o.quiet, &trace, &o.tf32, &o.bf16,
                                    &o.check_finite, &o.no_cudnn, &o.gemm_tune, &o.dry_run,
                                    &o.nonfinite_checkpoints, &max_pass_nodes))
     return -1;
   if (parse_device(device, &o) < 0) return -1;
+  /* trace: True prints each drained node; a path writes a Chrome trace file there. */
+  if (trace && (PyUnicode_Check(trace) || PyBytes_Check(trace) ||
+                PyObject_HasAttrString(trace, "__fspath__"))) {
+    if (!PyUnicode_FSConverter(trace, &trace_path)) return -1;
+    o.trace_path = PyBytes_AsString(trace_path);
+  } else if (trace && (o.trace = PyObject_IsTrue(trace)) < 0) {
+    return -1;
+  }
   if (pass_budget < 0 || persistent_budget < 0 || max_queued < 0 || max_pass_nodes < 0) {
     PyErr_SetString(PyExc_ValueError, "budgets and limits are byte or node counts >= 0");
     return -1;
@@ -84,11 +92,13 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS
   st = rg_open(&ctx, &o);
   Py_END_ALLOW_THREADS
+  Py_XDECREF(trace_path);
   if (st != RG_OK) {
     rgpy_raise_status(st, st == RG_ERR_UNSUPPORTED
                               ? "rg_open: this device is not available in this build or on "
                                 "this machine (device='cpu' always is)"
-                              : "rg_open failed");
+                          : st == RG_ERR_IO ? "rg_open: the trace file cannot be written"
+                                            : "rg_open failed");
     return -1;
   }
   co->ctx = ctx;
@@ -677,7 +687,8 @@ int rgpy_init_context(PyObject *m) {
                 "tf32=False, bf16=False, check_finite=False, no_cudnn=False, gemm_tune=0, "
                 "dry_run=False, nonfinite_checkpoints=False, max_pass_nodes=0)\n--\n\n"
                 "One device with its pools, queue and counters (rg_open; the options are "
-                "rg_options'). 'with' closes it."},
+                "rg_options'; trace: True prints each drained node, a path writes a Chrome "
+                "trace-event file there, docs/trace.md). 'with' closes it."},
     {0, NULL}};
   PyType_Spec spec = {"resgrad._resgrad.Context", sizeof(RgContext), 0,
                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};

@@ -155,3 +155,19 @@ def test_metadata_and_memory(ctx):
     assert ctx.get_meta("model") == "mlp" and ctx.get_meta("nope") is None
     avail, total = ctx.memory()
     assert 0 < avail <= total
+
+
+def test_trace_file(tmp_path):
+    import json
+
+    import resgrad as rg
+    from conftest import DEVICE
+
+    path = tmp_path / "run.json"
+    with rg.Context(DEVICE, quiet=True, trace=path) as ctx:
+        x = ctx.tensor(np.ones((4, 4), np.float32))
+        float(rg.sum(rg.relu(x @ x)))
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {e.get("name") for e in events}
+    assert {"drain", "matmul", "relu", "sum", "transfer up", "transfer down"} <= names, names
