@@ -138,7 +138,6 @@ static PyObject *context_close(PyObject *self, PyObject *unused) {
 
 static void context_dealloc(PyObject *self) {
   RgContext *co = (RgContext *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   if (co->ctx) {
     rg_ctx *c = co->ctx;
     co->ctx = NULL;
@@ -147,8 +146,7 @@ static void context_dealloc(PyObject *self) {
     Py_END_ALLOW_THREADS
   }
   Py_XDECREF(co->consts);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, NULL);
 }
 
 static PyObject *context_enter(PyObject *self, PyObject *unused) {

@@ -53,6 +53,9 @@ extern PyObject *rgpy_Error; /* resgrad.Error */
 PyObject *rgpy_raise(RgContext *co);                /* the sticky error as an exception */
 PyObject *rgpy_raise_status(rg_status st, const char *msg);
 int rgpy_usable(RgContext *co);                     /* -1 (raised) if closed or busy */
+/* The end of every tp_dealloc: drops the object's reference to its context (co may be
+   NULL), frees the object and drops its (heap) type. */
+void rgpy_free_object(PyObject *self, RgContext *co);
 int rgpy_parse(const char *fn, const char *const *names, int nreq, int nmax,
                PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
 int rgpy_float_arg(PyObject *o, const char *name, double *out);

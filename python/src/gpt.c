@@ -45,11 +45,8 @@ static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
 
 static void gpt_dealloc(PyObject *self) {
   RgGPT *g = (RgGPT *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   rg_gpt_free(g->gpt); /* the struct only: the parameters belong to the context */
-  Py_XDECREF((PyObject *)g->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, g->co);
 }
 
 static RgGPT *usable(PyObject *self) {

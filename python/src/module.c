@@ -47,6 +47,13 @@ int rgpy_usable(RgContext *co) {
   return 0;
 }
 
+void rgpy_free_object(PyObject *self, RgContext *co) {
+  PyTypeObject *tp = Py_TYPE(self);
+  Py_XDECREF((PyObject *)co);
+  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+  Py_DECREF(tp);
+}
+
 /* ---- arguments ------------------------------------------------------------------------ */
 
 int rgpy_parse(const char *fn, const char *const *names, int nreq, int nmax,

@@ -28,10 +28,7 @@ PyObject *rgpy_result(RgContext *co, rg_tensor t) {
 }
 
 static void tensor_dealloc(PyObject *self) {
-  PyTypeObject *tp = Py_TYPE(self);
-  Py_XDECREF((PyObject *)((RgTensor *)self)->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, ((RgTensor *)self)->co);
 }
 
 static inline int is_tensor(PyObject *o) {
