@@ -6,8 +6,14 @@
  * training loop over a host-side dataset does.
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
- *                   [--distributed] [--tune] [--steps N] [--warm N] [workload ...]
- *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
+ *                   [--distributed] [--tune] [--steps N] [--warm N]
+ *                   [--mlp A,B,...] [--gpt V,T,L,C,H] [--batch N] [workload ...]
+ *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char),
+ *         or a shape as torch_ref.py writes it: mlp=784x256x10/b64 (layer widths, then
+ *         the batch) or gpt=96x128x4x256x4/b32 (vocabulary, block, layers, width, heads,
+ *         then the batch). --mlp 784,256,10 and --gpt 96,128,4,256,4 say the same with
+ *         the batch from --batch (default 64 for an MLP, 32 for a GPT); the output names
+ *         such a workload by its mlp=/gpt= form, as torch_ref.py does, so the two match.
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
  *         other float32 product, as torch_ref.py's bf16 modes)
@@ -37,10 +43,12 @@
 
 #include "timing.h"
 
+#define MAX_LAYERS 16 /* linear layers of an MLP workload */
+
 typedef struct work {
   const char *name;
   int gpt;
-  int64_t dims[5], ndims, B;      /* mlp */
+  int64_t dims[MAX_LAYERS + 1], ndims, B; /* mlp: widths, input first; batch */
   int64_t V, T, L, C, H;          /* gpt */
 } work;
 
@@ -59,7 +67,7 @@ static int upload, distributed, tune;
 typedef struct model {
   const work *w;
   rg_tensor bx, by; /* the resident batch */
-  rg_tensor wt[4], bs[4];
+  rg_tensor wt[MAX_LAYERS], bs[MAX_LAYERS];
   rg_gpt *gpt;
   float *x;
   int32_t *xi, *y;
@@ -207,10 +215,48 @@ fail:
   return 1;
 }
 
+/* A workload from its mlp=AxBx.../bN or gpt=VxTxLxCxH/bN form into *w (named by the
+   string itself, which must outlive it); 0 if s is not one. */
+static int parse_shape(const char *s, work *w) {
+  int gpt = !strncmp(s, "gpt=", 4);
+  if (!gpt && strncmp(s, "mlp=", 4)) return 0;
+  int64_t v[MAX_LAYERS + 1];
+  int n = 0;
+  const char *p = s + 4;
+  for (;;) {
+    char *end;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || x < 1 || n == MAX_LAYERS + 1) return 0;
+    v[n++] = x;
+    if (*end == 'x') p = end + 1;
+    else if (!strncmp(end, "/b", 2)) { p = end + 2; break; }
+    else return 0;
+  }
+  char *end;
+  long long b = strtoll(p, &end, 10);
+  if (*end || end == p || b < 1 || (gpt ? n != 5 : n < 2)) return 0;
+  memset(w, 0, sizeof *w);
+  w->name = s, w->gpt = gpt, w->B = b;
+  if (gpt) w->V = v[0], w->T = v[1], w->L = v[2], w->C = v[3], w->H = v[4];
+  else memcpy(w->dims, v, sizeof(int64_t) * (size_t)n), w->ndims = n;
+  return 1;
+}
+
+/* "784,256,10" and a batch as "mlp=784x256x10/b64" (kind "mlp" or "gpt") into buf. */
+static const char *shape_name(char *buf, size_t cap, const char *kind, const char *dims,
+                              long batch) {
+  int n = snprintf(buf, cap, "%s=", kind);
+  for (const char *c = dims; *c && n + 2 < (int)cap; c++) buf[n++] = *c == ',' ? 'x' : *c;
+  snprintf(buf + n, cap - (size_t)n, "/b%ld", batch);
+  return buf;
+}
+
 int main(int argc, char **argv) {
   rg_device dev = RG_DEVICE_AUTO;
   int steps = 20, warm = 3, nnames = 0, rc = 0, mode = F32;
-  const char *names[8];
+  const char *names[8], *mlp = NULL, *gpt = NULL;
+  long batch = 0;
+  char mlp_name[160], gpt_name[160];
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       const char *d = argv[++i];
@@ -227,22 +273,42 @@ int main(int argc, char **argv) {
       tune = 1;
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
       warm = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--mlp") && i + 1 < argc) {
+      mlp = argv[++i];
+    } else if (!strcmp(argv[i], "--gpt") && i + 1 < argc) {
+      gpt = argv[++i];
+    } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+      batch = atol(argv[++i]);
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
       fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] [--steps N] [--warm N] "
-              "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
+              "[--mlp A,B,... | --gpt V,T,L,C,H] [--batch N] "
+              "[mlp-small|mlp-wide|gpt-char|gpt2-124m|mlp=AxB.../bN|gpt=VxTxLxCxH/bN ...]\n");
       return 2;
     }
   }
   if (steps < 1) steps = 1;
+  if (mlp && nnames < 8)
+    names[nnames++] = shape_name(mlp_name, sizeof mlp_name, "mlp", mlp, batch ? batch : 64);
+  if (gpt && nnames < 8)
+    names[nnames++] = shape_name(gpt_name, sizeof gpt_name, "gpt", gpt, batch ? batch : 32);
   if (!nnames) names[nnames++] = "mlp-small", names[nnames++] = "gpt-char";
   for (int i = 0; i < nnames; i++) {
     const work *w = NULL;
+    work custom;
     for (size_t j = 0; j < sizeof WORK / sizeof *WORK; j++)
       if (!strcmp(WORK[j].name, names[i])) w = &WORK[j];
+    if (!w && parse_shape(names[i], &custom)) w = &custom;
     if (!w) {
-      fprintf(stderr, "workloads: unknown workload \"%s\"\n", names[i]);
+      fprintf(stderr, "workloads: unknown workload \"%s\": one of mlp-small, mlp-wide, "
+              "gpt-char, gpt2-124m, or a shape mlp=784x256x10/b64, gpt=96x128x4x256x4/b32\n",
+              names[i]);
+      return 2;
+    }
+    if (w->gpt && (w->C % w->H || w->T < 1)) {
+      fprintf(stderr, "workloads: %s: the width %lld is not a multiple of the heads %lld\n",
+              w->name, (long long)w->C, (long long)w->H);
       return 2;
     }
     rc |= run(w, dev, mode, steps, warm);
