@@ -246,6 +246,13 @@ static PyObject *make_tensor(PyObject *self, PyObject *args, PyObject *kw, int p
   PyObject *data, *dtype = NULL;
   RgContext *co = usable(self);
   if (!co || !PyArg_ParseTupleAndKeywords(args, kw, "O|O", names, &data, &dtype)) return NULL;
+  if (PyObject_TypeCheck(data, rgpy_Tensor) && !persistent && (!dtype || dtype == Py_None)) {
+    if (((RgTensor *)data)->co != co)
+      return PyErr_Format(rgpy_Error, "tensor: the tensor belongs to another context; copy it "
+                                      "through the host with ctx.tensor(t.numpy())");
+    Py_INCREF(data); /* already a tensor of this context: no copy, no upload */
+    return data;
+  }
   return rgpy_from_host(co, data, dtype == Py_None ? NULL : dtype, persistent);
 }
 
