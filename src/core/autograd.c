@@ -18,6 +18,11 @@
  * may pass its incoming gradient through unchanged to several inputs - so the later
  * gradients reuse their bytes, and the backward pass needs memory for a few layers'
  * gradients, not for all of them. rg_retain_grad keeps a tensor's gradient for rg_grad.
+ *
+ * Checkpoint regions (recompute.c): before the first rule that reads a tensor a region
+ * gave back, the walk records the region's recomputation (rg__region_reached); the rules
+ * still name the original tensors, so every decision above reads the tape as it is
+ * without regions, and the nodes recorded meanwhile read the recomputed tensors.
  */
 #include "internal.h"
 

@@ -518,8 +518,9 @@ void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t by
    cut from its front, with its offset in *off; NULL if none fits. */
 void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
 /* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
-   no handle outside the core can reach and whose readers were all recorded already
-   (execution follows recording order, so the reuse is safe). */
+   no handle outside the core can reach (or that rg__check refuses: a checkpoint
+   region's) and whose readers were all recorded already (execution follows recording
+   order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
 /* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
    its bytes go back to the arena if rg__release found it dead and this was the last. */
