@@ -531,6 +531,39 @@ RG_API rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t);
 /* Records the zeroing of every parameter gradient. Not a barrier. */
 RG_API rg_status rg_zero_grad(rg_ctx *ctx);
 
+/* ---- activation checkpointing ------------------------------------------------------ */
+
+/* A checkpoint region trades compute for memory: the tensors its ops make go back to the
+   pass pool at its end, all but its output, and rg_backward records their recomputation
+   (the region's ops again, on the same inputs: the same values bit for bit, the same
+   dropout masks) just before the region's gradients, then gives the recomputed tensors
+   back once those are recorded. The forward pass then holds each region's output instead
+   of all its activations, the backward pass one region's activations at a time; the
+   price is the region's forward ops run twice. It all stays in the one recorded pass (one
+   drain, one CUDA graph), and the gradients are bit-identical to the same pass without
+   regions. A transformer block is the usual region (rg_gpt_config.checkpoint):
+
+     rg_checkpoint_begin(ctx);
+     x = rg_nn_block_forward(ctx, &block, x);
+     rg_checkpoint_end(ctx, x);
+
+   rg_checkpoint_begin opens a region; MISUSE if one is open (regions do not nest).
+   rg_checkpoint_end closes it. out, which an op of the region made, survives it, with the
+   other outputs of that op (attention's row statistics...), and so do tensors of the
+   region given to rg_retain_grad before the end, lent (rg_export) or uploaded (rg_input).
+   Every other tensor the region made is refused afterwards by every call that takes it
+   (MISUSE, saying so), the shape queries excepted: make the value needed later the
+   region's output. The region's inputs must keep their values until rg_backward (no
+   rg_write or optimizer step on them in between): its recomputation reads them again.
+   out == RG_NONE closes the region without giving anything back (unwinding after an
+   error). MISUSE without an open region, or for an out the region did not make (the
+   region is closed then and keeps its tensors). While a region is open, rg_backward,
+   rg_step_begin and rg_reset refuse (MISUSE) and change nothing. A loss computed inside a
+   region is recorded with its backward as two nodes rather than one: end regions before
+   the loss. Not barriers. */
+RG_API rg_status rg_checkpoint_begin(rg_ctx *ctx);
+RG_API rg_status rg_checkpoint_end(rg_ctx *ctx, rg_tensor out);
+
 /* ---- optimizers ---------------------------------------------------------------------- */
 
 /* Zero fields take the defaults shown. weight_decay is used as given (0 = none). */

@@ -146,6 +146,9 @@ typedef struct rg_gpt_config {
   int64_t width;  /* C, a multiple of heads */
   int64_t heads;  /* H */
   float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
+  int checkpoint; /* 1: each block is an activation checkpoint region (rg_checkpoint_begin):
+                     the forward keeps a block's output, rg_backward recomputes the rest;
+                     the same gradients bit for bit, for less memory and more compute */
 } rg_gpt_config;
 
 /* GPT-2 (structure and initialisation as the GPT of torch_ref.py, the PyTorch reference

@@ -1021,6 +1021,73 @@ static void run_checkpoint(void) {
   unlink(a), unlink(b);
 }
 
+/* Activation checkpointing: a GPT with dropout, every block a region, trained S identical
+   steps beside the same GPT without regions (f32 and bf16, cuDNN's attention included
+   where the build has it): the same losses and weights bit for bit after S AdamW steps
+   (so the same gradients), one graph captured and replayed as without regions, and a
+   lower pass-pool peak. */
+static void run_ckpt_act(void) {
+  enum { S = 5, B = 2, T = 512, V = 97 };
+  static int32_t idx[B * T], tg[B * T];
+  for (int i = 0; i < B * T; i++) idx[i] = (i * 7) % V, tg[i] = (i * 11 + 3) % V;
+  for (int bf = 0; bf < 2; bf++) {
+    const char *what = bf ? "bf16" : "f32";
+    rg_ctx *c[2] = {NULL, NULL};
+    rg_gpt *g[2] = {NULL, NULL};
+    rg_optim *opt[2] = {NULL, NULL};
+    float loss[2][S];
+    rg_stats st[2];
+    for (int k = 0; k < 2; k++) { /* k = 1: every block a region */
+      rg_open(&c[k], &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .seed = 3, .bf16 = bf});
+      CHECK(c[k] != NULL, "ckpt-act: no CUDA context");
+      if (!c[k]) return;
+      rg_gpt_config cfg = {.vocab = V, .block = T, .layers = 3, .width = 128, .heads = 2,
+                           .dropout = 0.1f, .checkpoint = k};
+      g[k] = rg_gpt_new(c[k], &cfg, NULL);
+      opt[k] = rg_optim_adamw(c[k], &(rg_adamw_options){.lr = 1e-3f});
+      for (int s = 0; s < S; s++) {
+        rg_step_begin(c[k]);
+        rg_tensor l = rg_gpt_loss(g[k], rg_input(c[k], RG_I32, D2(B, T), idx),
+                                  rg_input(c[k], RG_I32, D2(B, T), tg));
+        rg_backward(c[k], l);
+        rg_optim_step(opt[k]);
+        rg_zero_grad(c[k]);
+        CHECK_ST(c[k], rg_item(c[k], l, &loss[k][s]), RG_OK);
+      }
+      rg_stats_get(c[k], &st[k]);
+    }
+    int same = !memcmp(loss[0], loss[1], sizeof loss[0]);
+    for (int i = 0; i < rg_param_count(c[0]); i++) {
+      size_t bytes = sizeof(float) * (size_t)rg_numel(c[0], rg_param_at(c[0], i));
+      float *v[2] = {malloc(bytes), malloc(bytes)};
+      for (int k = 0; k < 2; k++)
+        CHECK_ST(c[k], rg_read(c[k], rg_param_at(c[k], i), v[k], bytes), RG_OK);
+      same &= !memcmp(v[0], v[1], bytes);
+      free(v[0]);
+      free(v[1]);
+    }
+    int graphs = st[1].graph_captures == st[0].graph_captures &&
+                 st[1].graph_replays == st[0].graph_replays && st[1].graph_replays >= 1;
+    int lower = st[1].pass_peak < st[0].pass_peak;
+    CHECK(same, "ckpt-act %s: losses or weights differ with regions (last loss %.9g, %.9g)",
+          what, loss[0][S - 1], loss[1][S - 1]);
+    CHECK(graphs, "ckpt-act %s: %llu captures, %llu replays with regions, %llu, %llu "
+          "without", what, (unsigned long long)st[1].graph_captures,
+          (unsigned long long)st[1].graph_replays, (unsigned long long)st[0].graph_captures,
+          (unsigned long long)st[0].graph_replays);
+    CHECK(lower, "ckpt-act %s: pass peak %zu with regions, %zu without", what,
+          st[1].pass_peak, st[0].pass_peak);
+    printf("%-12s %s  %s: losses and weights bit for bit after %d steps, %llu replays, pass "
+           "peak %zu -> %zu\n", "ckpt-act", same && graphs && lower ? "PASS" : "FAIL", what,
+           S, (unsigned long long)st[1].graph_replays, st[0].pass_peak, st[1].pass_peak);
+    for (int k = 0; k < 2; k++) {
+      rg_optim_free(opt[k]);
+      rg_gpt_free(g[k]);
+      CHECK_ST(c[k], rg_close(c[k]), RG_OK);
+    }
+  }
+}
+
 /* Identical steps replay one captured graph from the third step on, and the replays see
    each step's new batch, learning rate and dropout mask: the CUDA loss trajectory equals
    the CPU's, which has no graphs. */
@@ -1311,6 +1378,7 @@ int main(int argc, char **argv) {
   run_schedule(RG_COVERS(RG_OP_LR_SCHEDULE, RG_OP_CLIP_VALUE));
   if (want("checkpoint")) run_checkpoint();
   if (want("graphs")) run_graphs();
+  if (want("ckpt-act")) run_ckpt_act();
   if (want("faults")) run_faults();
   if (want("attn-limit")) run_attn_limit();
   if (want("oom+sync")) run_oom_and_sync();

@@ -182,12 +182,16 @@ class GPT(Module):
     """GPT-2's architecture with a tied head, as the C library's rg_gpt (resgrad_nn.h):
     parameters named as GPT-2's state dict ("wte.weight", "h.0.attn.c_attn.weight", ...)
     after prefix. forward(idx int32 [B, T]) gives logits [B, T, vocab]; loss(idx, targets)
-    the mean cross-entropy, computed in one fused node."""
+    the mean cross-entropy, computed in one fused node. checkpoint=True makes each block
+    an activation checkpoint region (Context.checkpoint): less memory, the same
+    gradients."""
 
-    def __init__(self, ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None):
+    def __init__(self, ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None,
+                 checkpoint=False):
         self.ctx = ctx
         self.prefix = prefix or ""
-        self._gpt = _resgrad.GPT(ctx, vocab, block, layers, width, heads, dropout, prefix)
+        self._gpt = _resgrad.GPT(ctx, vocab, block, layers, width, heads, dropout, prefix,
+                                 checkpoint)
 
     @property
     def config(self):

@@ -14,18 +14,19 @@ typedef struct RgGPT {
 
 static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"ctx", "vocab", "block", "layers", "width", "heads", "dropout",
-                          "prefix", NULL};
+                          "prefix", "checkpoint", NULL};
   RgGPT *g = (RgGPT *)self;
   PyObject *ctx;
   long long v, t, l, c, h;
   float dropout = 0;
   const char *prefix = NULL;
+  int checkpoint = 0;
   if (g->gpt) {
     PyErr_SetString(rgpy_Error, "the model is already made");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLL|fz", names, &ctx, &v, &t, &l, &c, &h,
-                                   &dropout, &prefix))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLL|fzp", names, &ctx, &v, &t, &l, &c, &h,
+                                   &dropout, &prefix, &checkpoint))
     return -1;
   if (!PyObject_TypeCheck(ctx, rgpy_Context)) {
     PyErr_SetString(PyExc_TypeError, "ctx must be a resgrad.Context");
@@ -33,7 +34,7 @@ static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
   }
   RgContext *co = (RgContext *)ctx;
   if (rgpy_usable(co) < 0) return -1;
-  rg_gpt_config cfg = {v, t, l, c, h, dropout};
+  rg_gpt_config cfg = {v, t, l, c, h, dropout, checkpoint};
   rg_gpt *gpt = rg_gpt_new(co->ctx, &cfg, prefix);
   if (!gpt) return rgpy_raise(co), -1;
   Py_INCREF((PyObject *)co);
@@ -93,10 +94,10 @@ static PyObject *get_config(PyObject *self, void *unused) {
   RgGPT *g = usable(self);
   if (!g) return NULL;
   const rg_gpt_config *c = rg_gpt_config_of(g->gpt);
-  return Py_BuildValue("{sLsLsLsLsLsd}", "vocab", (long long)c->vocab, "block",
+  return Py_BuildValue("{sLsLsLsLsLsdsN}", "vocab", (long long)c->vocab, "block",
                        (long long)c->block, "layers", (long long)c->layers, "width",
                        (long long)c->width, "heads", (long long)c->heads, "dropout",
-                       (double)c->dropout);
+                       (double)c->dropout, "checkpoint", PyBool_FromLong(c->checkpoint));
 }
 
 static PyObject *get_count(PyObject *self, void *unused) {

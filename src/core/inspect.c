@@ -63,6 +63,7 @@ static void describe_live(rg_ctx *ctx, uint32_t ref, out *o) {
   if (t->flags & RG_T_GRAD) put(o, ", requires grad");
   if (t->grad) put(o, ", has grad");
   if (t->flags & RG_T_FREED) put(o, ", bytes released");
+  if (t->ckpt) put(o, ", given back by its checkpoint region");
   if (t->import) put(o, ", imported (the caller's memory)");
   if (t->exports) put(o, ", lent %u time%s (rg_export)", (unsigned)t->exports,
                       t->exports == 1 ? "" : "s");

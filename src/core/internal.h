@@ -56,6 +56,11 @@ typedef struct rg_tinfo {
   uint32_t exports; /* rg_export calls on this handle not yet undone by rg_unexport */
   uint32_t import;  /* rg_import: index + 1 into ctx->imports (its bytes are the caller's,
                        never the arena's), or 0 */
+  uint8_t ckpt;     /* 1: made inside an activation checkpoint region that gave its bytes
+                       back at rg_checkpoint_end (recompute.c); rg__check refuses it */
+  uint32_t redo;    /* a ckpt tensor while rg_backward records its region's gradients: the
+                       ref of its recomputation, which nodes recorded then read instead
+                       (rg__commit, rg__view); 0 otherwise */
 } rg_tinfo;
 
 typedef struct rg_trace rg_trace;
@@ -72,6 +77,9 @@ typedef struct rg_arena {
   rg_range *free;   /* released ranges, sorted by off, adjacent ones merged */
   int nfree, capfree;
 } rg_arena;
+
+/* An activation checkpoint region (recompute.c): the nodes [b, e) of this pass. */
+typedef struct rg_region { size_t b, e; } rg_region;
 
 typedef struct rg_pool_s {
   uint64_t gen;
@@ -288,6 +296,13 @@ struct rg_ctx {
   rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
   int training, no_grad;
   size_t tape_end;         /* rg_backward: index of its first node (the forward's end) */
+  rg_region *regions;      /* this pass's closed checkpoint regions, in recording order */
+  uint32_t nregions, capregions;
+  bool region_open;        /* rg_checkpoint_begin was called, its end not yet */
+  size_t region_b;         /* the open region's first node */
+  uint32_t replay;         /* rg_backward: index + 1 of the region whose recomputed tensors
+                              the nodes recorded now read (their ckpt tensors' redo), or 0 */
+  uint32_t replay_slot, replay_end; /* the pass slots its recomputation made */
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
@@ -451,6 +466,16 @@ extern const rg_opinfo rg_optab[RG_OP_COUNT];
    error instead: RG_ERR_MISUSE, naming the op. */
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
 
+/* --- activation checkpointing (recompute.c): rg_backward's hooks --- */
+/* Before the rule of node k, which has gradients to pass on: when the rule would read a
+   tensor its region gave back, records that region's recomputation (the region before it
+   is finished first). Returns a status (its error set). */
+rg_status rg__region_reached(rg_ctx *ctx, size_t k);
+/* At the walk's step for node k (k == SIZE_MAX: the walk is over): once the walk is below
+   the first node of the region being replayed, every rule that reads its recomputed
+   tensors is recorded: they go back to the pass pool and the region is finished. */
+void rg__region_passed(rg_ctx *ctx, size_t k);
+
 /* --- distributed training (dist.c) --- */
 /* rg_backward's hooks, called only when gradients are averaged (rg__dist_on: more than
    one rank, or any number where the backend moves them itself):
@@ -493,8 +518,9 @@ void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t by
    cut from its front, with its offset in *off; NULL if none fits. */
 void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
 /* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
-   no handle outside the core can reach and whose readers were all recorded already
-   (execution follows recording order, so the reuse is safe). */
+   no handle outside the core can reach (or that rg__check refuses: a checkpoint
+   region's) and whose readers were all recorded already (execution follows recording
+   order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
 /* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
    its bytes go back to the arena if rg__release found it dead and this was the last. */

@@ -44,7 +44,10 @@ void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims) {
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref) {
+/* rg__check without its refusal of checkpointed tensors: the shape queries, which touch
+   no memory, answer for them too. */
+static rg_status check_handle(rg_ctx *ctx, rg_tensor t, const char *call, int operand,
+                              uint32_t *ref) {
   *ref = 0;
   if (!t.id) {
     if (ctx->err != RG_OK) return ctx->err; /* an earlier call failed: keep its error */
@@ -75,6 +78,21 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
                     (unsigned long long)gen, (unsigned long long)slot, p->n);
   *ref = (uint32_t)pool << 31 | (uint32_t)slot;
   return RG_OK;
+}
+
+rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref) {
+  rg_status st = check_handle(ctx, t, call, operand, ref);
+  /* The rules rg_backward records for a region read its tensors (ctx->replay): their
+     nodes are pointed at the recomputed ones (rg__commit). */
+  if (st != RG_OK || !rg__t(ctx, *ref)->ckpt || ctx->replay) return st;
+  *ref = 0;
+  return rg__fail(ctx, RG_ERR_MISUSE, call,
+                  "operand %d was made inside an activation checkpoint region, which gave "
+                  "its bytes back at rg_checkpoint_end for rg_backward to recompute; after "
+                  "the region only its output (the tensor passed to rg_checkpoint_end) and "
+                  "tensors given to rg_retain_grad before the end survive: make the value "
+                  "you need the region's output, or compute it outside the region",
+                  operand);
 }
 
 /* The element count of a shape, or -1 after failing (MISUSE) for a bad ndim or dims. */
@@ -122,6 +140,7 @@ static rg_tinfo *new_entry(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
 }
 
 uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call) {
+  if (rg__t(ctx, base)->redo) base = rg__t(ctx, base)->redo; /* recomputed (rg__commit) */
   uint32_t root = rg__t(ctx, base)->alias ? rg__t(ctx, base)->alias : base;
   rg_tinfo *r = rg__t(ctx, root);
   rg_tinfo *t = new_entry(ctx, RG_POOL_PASS, (rg_dtype)s.dtype, s.ndim, s.dims, r->numel, call);
@@ -198,7 +217,7 @@ void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *v) {
 
 static rg_tinfo *query(rg_ctx *ctx, rg_tensor t, const char *call) {
   uint32_t ref;
-  if (!ctx || rg__check(ctx, t, call, 1, &ref) != RG_OK) return NULL;
+  if (!ctx || check_handle(ctx, t, call, 1, &ref) != RG_OK) return NULL;
   return rg__t(ctx, ref);
 }
 int rg_ndim(rg_ctx *ctx, rg_tensor t) {

@@ -186,7 +186,9 @@ rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
     char lab[32];
     snprintf(lab, sizeof lab, "h.%lld", (long long)i);
     rg_label_push(ctx, lab);
+    int region = g->cfg.checkpoint && rg_checkpoint_begin(ctx) == RG_OK;
     x = rg_nn_block_forward(ctx, &g->h[i], x);
+    if (region) rg_checkpoint_end(ctx, x); /* RG_NONE after an error: closed all the same */
     rg_label_pop(ctx);
   }
   rg_label_push(ctx, "head");
