@@ -43,6 +43,7 @@ static const struct { const char *file; int layer; } table[] = {
        (dist.c), BF16 shadows */
     {"transfer.c", RECORD}, {"ops.c", RECORD}, {"autograd.c", RECORD}, {"shadow.c", RECORD},
     {"dist.c", RECORD}, {"share.c", RECORD},
+    {"ring.c", RECORD},
     /* optimizers, checkpoints, gradient checks, token datasets (their batches are
        rg_input's uploads) */
     {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN}, {"data.c", TRAIN},
