@@ -967,7 +967,7 @@ typedef enum rg_site {
   RG_SITE_WRITE,      /* rg_write (up) */
   RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
   RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads, rg_optim_lr (up/down) */
-  RG_SITE_READ,       /* rg_read, rg_item (down) */
+  RG_SITE_READ,       /* rg_read, rg_item, rg_ring_count (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
   RG_SITE_RNG,        /* dropout's step counter, 8 bytes up in a step that uses dropout */
   RG_SITE_COUNT
