@@ -626,7 +626,8 @@ RG_API void rg_optim_free(rg_optim *opt);
    once full, a push overwrites the oldest. rg_read of the handle gives the raw table, slot
    by slot (the oldest entry is not slot 0 once the ring has wrapped); other ops read it
    like any persistent tensor, and rg_write replaces the table (not the state). A ring
-   takes capacity * rows elements plus 256 bytes of the persistent pool and its budget.
+   takes capacity * rows elements (rounded up to 256 bytes) plus 256 bytes of the
+   persistent pool and its budget.
    The ring holds values: entries pushed carry no gradient into it, and gathers give
    tensors that require none. docs/ring.md has a replay-buffer loop. */
 
