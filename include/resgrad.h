@@ -645,6 +645,61 @@ RG_API rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs);
    stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
 
+/* ---- ring buffers --------------------------------------------------------------------
+   A ring buffer is a table of capacity entries of rows values each, kept on the device
+   outside the per-step pool: replay memory for reinforcement learning, a window of
+   streaming data. Its handle is a persistent tensor [capacity, rows] (generation-checked
+   like any handle: rg_reset(RG_POOL_PERSISTENT) makes it stale) beside a small state on
+   the device (the next slot to write, how many entries it holds, how many samples were
+   drawn), which only recorded nodes read and change. So pushes, gathers and samples are
+   ordered with the queue like any op (a gather recorded before a push sees the old
+   contents), and a step that pushes and samples records the same graph every time: on
+   CUDA it replays, each replay working on the ring as it then is, with no transfer but
+   the entries pushed. Entries are numbered from the oldest (0) to the newest (count - 1);
+   once full, a push overwrites the oldest. rg_read of the handle gives the raw table, slot
+   by slot (the oldest entry is not slot 0 once the ring has wrapped); other ops read it
+   like any persistent tensor, and rg_write replaces the table (not the state). A ring
+   takes capacity * rows elements (rounded up to 256 bytes) plus 256 bytes of the
+   persistent pool and its budget.
+   The ring holds values: entries pushed carry no gradient into it, and gathers give
+   tensors that require none. docs/ring.md has a replay-buffer loop. */
+
+/* A new ring of capacity entries of rows elements of dtype (any), all zero, holding
+   none. capacity in [1, 2^31 - 1], rows >= 1, else MISUSE; RG_ERR_OOM as for any
+   persistent tensor. It may reuse the bytes of a ring rg_ring_free freed (its zeroing is
+   recorded, so queued readers of the old ring run first). Records two fills; not a
+   barrier. */
+RG_API rg_tensor rg_ring_new(rg_ctx *ctx, rg_dtype dtype, int64_t capacity, int64_t rows);
+/* Records the append of entries, [k, rows] (k entries, 1 <= k <= capacity) or [rows] (one),
+   of the ring's dtype, after the newest: entry j goes to the slot after entry j - 1, the
+   oldest entries are overwritten once the ring is full, and the count becomes min(count +
+   k, capacity). Nodes recorded before it read the old contents, nodes after it the new;
+   entries may come from either pool (copied when the node runs; the ring itself is
+   refused). MISUSE for another shape or dtype, naming both. Not a barrier. */
+RG_API rg_status rg_ring_push(rg_ctx *ctx, rg_tensor ring, rg_tensor entries);
+/* Records a gather: I32 idx of up to 3 axes -> [..idx.., rows] of the ring's dtype, row p
+   a copy of entry idx[p] (0 the oldest). An index outside [0, count) is RG_ERR_MISUSE at
+   the barrier naming the value, its position and the count; nothing is read outside the
+   ring. A pass tensor, no gradient. Not a barrier. */
+RG_API rg_tensor rg_ring_gather(rg_ctx *ctx, rg_tensor ring, rg_tensor idx);
+/* Records the draw of n entry numbers (I32 [n], for rg_ring_gather) uniformly from [0,
+   count) on the device, with replacement: no upload, and a captured step draws new ones
+   at each replay. Drawn by Philox keyed by the context seed with the ring's own count of
+   samples drawn, so a program run twice with one seed draws the same batches on the CPU
+   and on CUDA (each value's probability is 1/count within count / 2^32). Sampling an
+   empty ring is RG_ERR_MISUSE at the barrier. n in [1, 2^31 - 1] else MISUSE. Not a
+   barrier. */
+RG_API rg_tensor rg_ring_sample(rg_ctx *ctx, rg_tensor ring, int64_t n);
+/* Barrier; then the number of entries the ring holds into *count (a 4-byte download,
+   site RG_SITE_READ). A failed drain's status is returned with the count its nodes that
+   ran left. NULL count: MISUSE. */
+RG_API rg_status rg_ring_count(rg_ctx *ctx, rg_tensor ring, int64_t *count);
+/* Frees the ring: its handle is stale from now on (RG_ERR_STALE naming rg_ring_free), and
+   its bytes go back to the persistent pool for a later rg_ring_new. Nodes already queued
+   that read or push to it still run on its contents, at the next barrier, as recorded.
+   A lent ring (rg_export) is refused (MISUSE) until its loans end. Not a barrier. */
+RG_API rg_status rg_ring_free(rg_ctx *ctx, rg_tensor ring);
+
 /* ---- token data ----------------------------------------------------------------------
    A dataset of tokens in a file, read through a memory map (POSIX), and the batches of a
    language model cut from it: rows of T + 1 consecutive tokens, the first T the input
@@ -946,7 +1001,7 @@ typedef enum rg_site {
   RG_SITE_WRITE,      /* rg_write (up) */
   RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
   RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads, rg_optim_lr (up/down) */
-  RG_SITE_READ,       /* rg_read, rg_item (down) */
+  RG_SITE_READ,       /* rg_read, rg_item, rg_ring_count (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
   RG_SITE_RNG,        /* dropout's step counter, 8 bytes up in a step that uses dropout */
   RG_SITE_COUNT

@@ -466,6 +466,26 @@ static out c_argmax(rg_ctx *c) {
   rg_tensor z = rg_add(c, rg_cast(c, rg_argmax(c, v, 1, 0), RG_F32), rg_sum(c, v, 1, 0));
   return weigh(c, rg_concat(c, flat(c, y), z, 0));
 }
+/* Ring buffers: two pushes that wrap, 300 draws (two blocks of the sampler) gathered,
+   and I32 and BF16 rings moved as stored, beside a parameter that gives the loss its
+   gradient. Both backends draw the same indices (Philox), so the gathers agree exactly. */
+static out c_ring(rg_ctx *c) {
+  float e[7 * 7];
+  int32_t iv[14];
+  for (int i = 0; i < 7 * 7; i++) e[i] = (float)sin(0.7 * i);
+  for (int i = 0; i < 14; i++) iv[i] = i * 3 - 7;
+  rg_tensor ring = rg_ring_new(c, RG_F32, 5, 7);
+  rg_ring_push(c, ring, rg_input(c, RG_F32, D2(3, 7), e));
+  rg_ring_push(c, ring, rg_input(c, RG_F32, D2(4, 7), e + 21)); /* wraps: 2 go */
+  rg_tensor g = rg_ring_gather(c, ring, rg_ring_sample(c, ring, 300));
+  rg_tensor ri = rg_ring_new(c, RG_I32, 3, 7), rb = rg_ring_new(c, RG_BF16, 3, 7);
+  rg_ring_push(c, ri, rg_input(c, RG_I32, D2(2, 7), iv));
+  rg_ring_push(c, rb, rg_cast(c, rg_input(c, RG_F32, D2(2, 7), e), RG_BF16));
+  rg_tensor two = rg_input(c, RG_I32, 1, (int64_t[]){2}, (int32_t[]){1, 0});
+  rg_tensor h = rg_concat(c, rg_cast(c, rg_ring_gather(c, ri, two), RG_F32),
+                          rg_cast(c, rg_ring_gather(c, rb, two), RG_F32), 0);
+  return weigh(c, rg_mul(c, rg_concat(c, g, h, 0), P(c, "x", D2(304, 7))));
+}
 /* A retained loss: rg_backward seeds its gradient with a FILL node, not the shared 1. */
 static out c_seed(rg_ctx *c) {
   out o = weigh(c, rg_tanh(c, P(c, "x", D2(5, 9))));
@@ -1133,6 +1153,76 @@ static void run_graphs(void) {
          (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, e);
 }
 
+/* A replay-buffer step (push new entries, sample on the device, gather, fit) replays one
+   captured graph from the third step on, and each replay pushes to and draws from the ring
+   as it then is: the CUDA losses and the ring's final contents equal the CPU's. Then a
+   gather out of range and a sample of an empty ring fail the drain as on the CPU. */
+static void run_ring_replay(void) {
+  enum { S = 9, K = 4, B = 32, CAP = 16 };
+  rg_options o = {.quiet = 1, .seed = 4};
+  float loss[2][S], table[2][CAP * 3];
+  int64_t count[2] = {0, 0};
+  rg_stats st[2];
+  for (int d = 0; d < 2; d++) {
+    o.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+    rg_ctx *c = NULL;
+    rg_open(&c, &o);
+    rg_tensor ring = rg_ring_new(c, RG_F32, CAP, 3);
+    rg_tensor w = rg_param(c, "w", RG_F32, D2(1, 2), normal(0.3f));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f});
+    for (int s = 0; s < S; s++) {
+      float t[K * 3];
+      for (int i = 0; i < K; i++) {
+        float x0 = (float)cos(i + 5.0 * s), x1 = (float)sin(2.0 * i + s);
+        t[3 * i] = x0, t[3 * i + 1] = x1, t[3 * i + 2] = x0 - 2 * x1;
+      }
+      rg_step_begin(c);
+      rg_ring_push(c, ring, rg_input(c, RG_F32, D2(K, 3), t));
+      rg_tensor b = rg_ring_gather(c, ring, rg_ring_sample(c, ring, B));
+      rg_tensor l = rg_mse(c, rg_linear(c, rg_slice(c, b, 1, 0, 2), w, RG_NONE),
+                           rg_slice(c, b, 1, 2, 1));
+      rg_backward(c, l);
+      rg_optim_step(opt);
+      rg_zero_grad(c);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    rg_stats_get(c, &st[d]);
+    CHECK_ST(c, rg_ring_count(c, ring, &count[d]), RG_OK);
+    CHECK_ST(c, rg_read(c, ring, table[d], sizeof table[d]), RG_OK);
+    if (d) { /* the faults, on CUDA */
+      rg_step_begin(c);
+      float v[2 * 3];
+      rg_tensor bad = rg_ring_gather(c, ring, rg_input(c, RG_I32, 1, (int64_t[]){2},
+                                                       (int32_t[]){0, 99}));
+      CHECK(rg_read(c, bad, v, sizeof v) == RG_ERR_MISUSE && msg_has(c, "rg_ring_gather") &&
+            msg_has(c, "index 99 at position 1") && msg_has(c, "[0, 16)"),
+            "ring index on CUDA: %s", rg_errmsg(c));
+      rg_clear_error(c);
+      rg_step_begin(c);
+      int32_t i3[3];
+      rg_tensor none = rg_ring_sample(c, rg_ring_new(c, RG_F32, 2, 2), 3);
+      CHECK(rg_read(c, none, i3, sizeof i3) == RG_ERR_MISUSE && msg_has(c, "empty"),
+            "empty ring on CUDA: %s", rg_errmsg(c));
+      rg_clear_error(c);
+    }
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  double e = nerr(loss[1], loss[0], S);
+  int same = count[0] == count[1] && !memcmp(table[0], table[1], sizeof table[0]);
+  int graphs = st[1].graph_captures == 1 && st[1].graph_replays == S - 2;
+  CHECK(graphs, "ring-replay: %llu captures, %llu replays over %d identical steps (want 1, "
+        "%d); last miss: %s", (unsigned long long)st[1].graph_captures,
+        (unsigned long long)st[1].graph_replays, S, S - 2, st[1].graph_miss_reason);
+  CHECK(e < 1e-5, "ring-replay: loss error vs CPU %.3g", e);
+  CHECK(same, "ring-replay: the ring differs from the CPU's (count %lld vs %lld)",
+        (long long)count[1], (long long)count[0]);
+  printf("%-12s %s  %llu capture, %llu replays, loss error vs CPU %.3g, ring %s\n",
+         "ring-replay", graphs && e < 1e-5 && same ? "PASS" : "FAIL",
+         (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, e,
+         same ? "equal" : "differs");
+}
+
 /* Caller faults found by a kernel fail the drain at that node, as on the CPU. */
 static void run_faults(void) {
   rg_ctx *g = NULL;
@@ -1320,6 +1410,8 @@ int main(int argc, char **argv) {
       {"bf16", c_bf16, 1e-5, RG_COVERS(RG_OP_MATMUL, RG_OP_LINEAR, RG_OP_CAST)},
       {"argmax", c_argmax, 1e-6, RG_COVERS(RG_OP_ARGMAX)},
       {"seed", c_seed, 1e-5, RG_COVERS(RG_OP_FILL)},
+      {"ring", c_ring, 1e-6,
+       RG_COVERS(RG_OP_RING_PUSH, RG_OP_RING_GATHER, RG_OP_RING_SAMPLE, RG_OP_FILL)},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol, cases[i].covers);
@@ -1380,6 +1472,7 @@ int main(int argc, char **argv) {
   if (want("graphs")) run_graphs();
   if (want("ckpt-act")) run_ckpt_act();
   if (want("faults")) run_faults();
+  if (want("ring-replay")) run_ring_replay();
   if (want("attn-limit")) run_attn_limit();
   if (want("oom+sync")) run_oom_and_sync();
   CHECK(nwanted > 0, "no case's name contains any of the %d names given", nonly);

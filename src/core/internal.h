@@ -23,7 +23,8 @@
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
-   given back to the pass pool by rg_backward (an internal gradient temporary); a
+   given back to its pool (a pass tensor's by rg_backward: an internal gradient
+   temporary; a persistent one's by rg_ring_free: its handle is stale from then on); a
    gradient whose all-reduce a backend may still be running beside the drain's other
    work (CUDA: on its communication stream; set and cleared within one drain). */
 enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
@@ -61,6 +62,8 @@ typedef struct rg_tinfo {
   uint32_t redo;    /* a ckpt tensor while rg_backward records its region's gradients: the
                        ref of its recomputation, which nodes recorded then read instead
                        (rg__commit, rg__view); 0 otherwise */
+  uint32_t ring;    /* a ring buffer (rg_ring_new): the ref of its state, a persistent
+                       I32 [4] (ops.h, RING_PUSH), or 0 */
 } rg_tinfo;
 
 typedef struct rg_trace rg_trace;
@@ -391,6 +394,11 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
 /* New tensor in a pool; 0 on error (OOM/MISUSE set). */
 uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
                  const char *call);
+/* rg__new that may place a persistent tensor in bytes rg_ring_free gave back: only for a
+   tensor whose first write is a recorded node (the queue then orders it after every
+   queued reader of the old bytes), never one written at once (rg_param, rg_constant). */
+uint32_t rg__new_reusing(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                         const int64_t *dims, const char *call);
 /* A pass tensor on bytes the caller owns (rg_import): data is its address, no arena
    bytes, no budget, READY. Checks ndim and dims as rg__new does. 0 on error. */
 uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void *data,
@@ -431,6 +439,11 @@ rg_shape rg__shape(rg_ctx *ctx, uint32_t ref);
 rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
                    const int64_t *iv, const float *fv, const void *aux, uint32_t *out);
 void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+/* A live operand k of call whose dtype is in the mask dtypes (bit 1 << rg_dtype; under
+   rg_options.bf16 a BF16 one passes an F32 mask too), not failed in an earlier drain;
+   else false with the error set (ops.c). */
+bool rg__operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                 uint32_t *ref);
 
 /* --- queue --- */
 rg_node *rg__record(rg_ctx *ctx, rg_op op); /* NULL on OOM; fills label, zeroes fields */
@@ -522,6 +535,10 @@ void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
    region's) and whose readers were all recorded already (execution follows recording
    order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
+/* Gives persistent tensor ref's bytes back to the persistent arena, for rg__new_reusing;
+   marks it RG_T_FREED (its handles are stale). false (nothing changed) when out of host
+   memory for the range. */
+bool rg__release_persistent(rg_ctx *ctx, uint32_t ref);
 /* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
    its bytes go back to the arena if rg__release found it dead and this was the last. */
 void rg__unpin(rg_ctx *ctx, uint32_t root);
@@ -535,6 +552,19 @@ uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
 #include "philox.h"
+/* RING_SAMPLE's key is the seed xor this ("ringsamp"), so its draws are a stream apart
+   from dropout's and initialisation's, which are keyed by the seed itself. */
+#define RG_RING_SALT 0x72696e6773616d70ull
+/* The reasons a RING_GATHER (index, position, count, count) or RING_SAMPLE fails, in the
+   same words on every backend. */
+#define RG_RING_INDEX_MSG                                                                \
+  "index %lld at position %lld is outside [0, %lld): the ring holds %lld entries, "       \
+  "numbered from the oldest (0) to the newest; draw indices with rg_ring_sample, or "     \
+  "push more entries first"
+#define RG_RING_EMPTY_MSG                                                                 \
+  "the ring is empty: push entries (rg_ring_push) before sampling from it"
+/* The state's words (ops.h, RING_PUSH). */
+enum { RG_RING_HEAD, RG_RING_COUNT, RG_RING_DRAWS_LO, RG_RING_DRAWS_HI, RG_RING_STATE };
 
 /* --- bf16 --- */
 static inline uint16_t rg_f32_to_bf16(float f) {

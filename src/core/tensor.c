@@ -4,7 +4,8 @@
  *
  * Invariants:
  *  - A handle is (pool << 63) | (generation mod 2^31 << 32) | (slot + 1). rg__check
- *    validates it in O(1) against its own pool's generation before any memory is touched.
+ *    validates it in O(1) against its own pool's generation before any memory is touched,
+ *    and a persistent one against its slot's RG_T_FREED (a ring rg_ring_free freed).
  *  - Budgets are checked before anything is allocated; a refused allocation changes
  *    nothing.
  *  - Persistent tensors are always READY: in-place updates (optimizers, rg_write) are
@@ -76,6 +77,11 @@ static rg_status check_handle(rg_ctx *ctx, rg_tensor t, const char *call, int op
                     "generation %llu, slot %llu of %u); use handles returned by this context",
                     operand, (unsigned long long)t.id, pool_name(pool),
                     (unsigned long long)gen, (unsigned long long)slot, p->n);
+  if (pool && (p->t[slot - 1].flags & RG_T_FREED))
+    return rg__fail(ctx, RG_ERR_STALE, call,
+                    "operand %d is a ring buffer that rg_ring_free freed (persistent slot "
+                    "%llu); make a new one with rg_ring_new", operand,
+                    (unsigned long long)slot);
   *ref = (uint32_t)pool << 31 | (uint32_t)slot;
   return RG_OK;
 }
@@ -163,8 +169,8 @@ uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void
   return ++ctx->pool[RG_POOL_PASS].n; /* pool 0: (0 << 31) | slot + 1 */
 }
 
-uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
-                 const char *call) {
+static uint32_t new_tensor(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                           const int64_t *dims, const char *call, bool reuse) {
   int64_t numel = shape_numel(ctx, ndim, dims, call);
   if (numel < 0) return 0;
   rg_pool_s *p = &ctx->pool[pool];
@@ -185,7 +191,7 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
   rg_tinfo *t = new_entry(ctx, pool, dt, ndim, dims, numel, call);
   if (!t) return 0;
   size_t off = 0;
-  void *data = pool == RG_POOL_PASS ? rg__arena_reuse(&p->arena, need, &off) : NULL;
+  void *data = reuse ? rg__arena_reuse(&p->arena, need, &off) : NULL;
   if (!data) data = rg__arena_alloc(ctx, &p->arena, nbytes, &off, false);
   if (!data) {
     rg__fail(ctx, RG_ERR_OOM, call, "the device is out of memory for %zu more bytes of the "
@@ -200,6 +206,16 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
   p->bytes += need;
   if (p->bytes > p->peak) p->peak = p->bytes;
   return (uint32_t)pool << 31 | p->n;
+}
+
+uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
+                 const char *call) {
+  return new_tensor(ctx, pool, dt, ndim, dims, call, pool == RG_POOL_PASS);
+}
+
+uint32_t rg__new_reusing(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                         const int64_t *dims, const char *call) {
+  return new_tensor(ctx, pool, dt, ndim, dims, call, true);
 }
 
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *v) {
@@ -247,7 +263,8 @@ int rg_is_live(rg_ctx *ctx, rg_tensor t) {
   if (!ctx || !t.id) return 0;
   int pool = (int)(t.id >> 63);
   uint64_t gen = (t.id >> 32) & 0x7fffffffu, slot = t.id & 0xffffffffu;
-  return gen == (ctx->pool[pool].gen & 0x7fffffffu) && slot && slot <= ctx->pool[pool].n;
+  return gen == (ctx->pool[pool].gen & 0x7fffffffu) && slot && slot <= ctx->pool[pool].n &&
+         !(pool && (ctx->pool[pool].t[slot - 1].flags & RG_T_FREED));
 }
 uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool) {
   return ctx && (pool == RG_POOL_PASS || pool == RG_POOL_PERSISTENT) ? ctx->pool[pool].gen : 0;
