@@ -10,6 +10,10 @@ test_hf.py) need neither transformers nor torch; run this again only to remake t
         safetensors numpy
     /tmp/hfenv/bin/python tools/hf_gpt2_fixture.py [OUT_DIR]
 
+With --check DIR it instead loads DIR (a folder rg_gpt_save_hf wrote: model.safetensors
+and config.json) with GPT2LMHeadModel.from_pretrained and prints the largest difference
+of its logits from the fixture's expected ones (0 for the fixture exported unchanged).
+
 Every parameter is drawn at random (seeded) rather than left at GPT-2's initialisation,
 so biases and layer norms are not zeros and ones and a mistake in any of them shows in
 the logits. The logits are computed in float64 from the float32 weights that the file
@@ -20,17 +24,30 @@ import sys
 
 import numpy as np
 import torch
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 VOCAB, BLOCK, LAYERS, WIDTH, HEADS = 50, 16, 2, 24, 3
 BATCH = 2
 
 
+def check(folder, expected):
+    model = GPT2LMHeadModel.from_pretrained(folder).eval().double()
+    exp = load_file(expected)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(exp["tokens"]).long()).logits.to(torch.float32)
+    err = float(np.abs(logits.numpy() - exp["logits"]).max())
+    print(f"{folder}: max |logit - expected| {err:.3g}")
+    return 0 if err <= 1e-4 else 1
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "data",
                                                               "hf_gpt2_tiny")
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        return check(sys.argv[2], os.path.join(here, "..", "tests", "data", "hf_gpt2_tiny",
+                                               "expected.safetensors"))
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(1234)
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=BLOCK, n_embd=WIDTH, n_layer=LAYERS,
@@ -57,7 +74,8 @@ def main():
                "logits": logits.to(torch.float32).numpy()},
               os.path.join(out, "expected.safetensors"), metadata={"format": "np"})
     print(f"wrote {out}: logits {tuple(logits.shape)}, |max| {logits.abs().max().item():.3f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
