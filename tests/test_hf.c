@@ -64,7 +64,7 @@ static int tset_add(tset *s, const char *name, const char *dtype, int ndim,
   s->t[i] = (rg_st_tensor){.name = s->name[i], .ndim = ndim, .nbytes = nbytes,
                            .data = s->buf[i]};
   snprintf(s->t[i].dtype, sizeof s->t[i].dtype, "%s", dtype);
-  memcpy(s->t[i].dims, dims, sizeof(int64_t) * (size_t)ndim);
+  if (ndim) memcpy(s->t[i].dims, dims, sizeof(int64_t) * (size_t)ndim);
   return i;
 }
 
