@@ -733,9 +733,10 @@ RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
    header length, a JSON header {"<name>": {"dtype", "shape", "data_offsets": [begin,
    end]}, ..., "__metadata__": {"<key>": "<value>", ...}}, then the data section,
    each tensor's elements little-endian in C order. None of these touch the device,
-   record or barrier: ctx is used for its sticky error and its host allocator only (a
-   dry-run context works too). A file and what it returned are used by the thread of
-   its context, and closed before rg_close. */
+   record or barrier: ctx is used for its sticky error and its host allocator only. A
+   dry-run context opens and reads files but refuses rg_st_write (RG_ERR_UNSUPPORTED,
+   as rg_save: what it would write, its reads, are zeros). A file and what it returned
+   are used by the thread of its context, and closed before rg_close. */
 
 #define RG_ST_MAX_DIMS 8
 /* One tensor of a safetensors file. dtype is the format's name: "F32", "BF16", "F16",

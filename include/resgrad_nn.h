@@ -236,7 +236,8 @@ RG_API rg_gpt *rg_gpt_load_hf(rg_ctx *ctx, const char *path, int64_t heads,
    "model.safetensors" and that config.json loads with transformers'
    GPT2LMHeadModel.from_pretrained (add a tokenizer for text), and with rg_gpt_load_hf.
    Barrier (rg_read of each parameter). On a rank other than 0 of a distributed context
-   it writes nothing and returns rg_sync's status, as rg_save. Errors: RG_ERR_MISUSE
+   it writes nothing and returns rg_sync's status, as rg_save; a dry-run context refuses
+   it (RG_ERR_UNSUPPORTED, from rg_st_write). Errors: RG_ERR_MISUSE
    (NULL gpt, empty path), RG_ERR_IO (either file cannot be written; when only
    config.json fails, the tensors' file is already in place), RG_ERR_OOM, and rg_read's
    and rg_st_write's. */

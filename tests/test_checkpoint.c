@@ -456,6 +456,10 @@ static void test_st(void) {
   CHECK_ST(ctx, rg_st_write(ctx, bad, no_data, 1, NULL), RG_ERR_MISUSE);
   CHECK(msg_has(ctx, "NULL"), "data: %s", rg_errmsg(ctx));
   rg_clear_error(ctx);
+  rg_ctx *dry = open_cpu_opts((rg_options){.dry_run = 1});
+  CHECK_ST(dry, dry ? rg_st_write(dry, bad, t, 5, NULL) : RG_ERR_UNSUPPORTED,
+           RG_ERR_UNSUPPORTED);
+  if (dry) rg_close(dry);
   f = rg_st_open(ctx, bad);
   CHECK(f && rg_st_count(f) == 5, "a refused write changed the file");
   rg_st_close(f);

@@ -10,8 +10,9 @@
  *    F32 value with its low mantissa bits cleared);
  *  - a file that is not such a GPT-2 makes no parameter and gives an error naming what is
  *    wrong: a resgrad checkpoint, a truncated file, a wrong shape, a missing tensor, an
- *    unknown one, an I32 tensor, an untied head, a NaN, no config.json, a config of
- *    another activation, heads that do not divide n_embd.
+ *    unknown one, an I32 tensor, an untied head, a NaN, no wte, a lone tensor of a far
+ *    block, no config.json, a config of another activation, heads that do not divide
+ *    n_embd, no file.
  */
 #include "hf_fixture.h"
 
@@ -332,6 +333,10 @@ static void nan_wpe(tset *s) {
   float nan = NAN;
   memcpy(s->buf[tset_find(s, "transformer.wpe.weight")] + 12, &nan, 4);
 }
+static void far_block(tset *s) { /* one tensor of block 999: 1000 blocks, 30 tensors */
+  tset_add(s, "transformer.h.999.ln_1.weight", "F32", 1, (int64_t[]){HF_C},
+           sizeof(float) * HF_C);
+}
 static void no_wte(tset *s) { tset_drop(s, tset_find(s, "transformer.wte.weight")); }
 
 static void test_refused(void) {
@@ -342,6 +347,7 @@ static void test_refused(void) {
   refuse_edit("an untied lm_head", untied, 1, RG_ERR_IO, "untied");
   refuse_edit("a NaN", nan_wpe, 1, RG_ERR_NONFINITE, "wpe.weight");
   refuse_edit("no wte", no_wte, 1, RG_ERR_IO, "wte.weight");
+  refuse_edit("a tensor of block 999 alone", far_block, 1, RG_ERR_IO, "blocks are missing");
   refuse_edit("heads 0 and no config.json", NULL, 0, RG_ERR_IO, "config.json");
 
   char model[4096];

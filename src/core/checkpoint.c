@@ -960,6 +960,7 @@ rg_status rg_st_write(rg_ctx *ctx, const char *path, const rg_st_tensor *t, int 
                       const char *const *meta) {
   const char *call = "rg_st_write";
   if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, call); /* its reads are zeros */
   if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty");
   if (n < 0 || (n && !t))
     return rg__fail(ctx, RG_ERR_MISUSE, call, "%d tensors at %p: pass n >= 0 tensors", n,

@@ -414,6 +414,11 @@ rg_gpt *rg_gpt_load_hf(rg_ctx *ctx, const char *path, int64_t heads, const char 
     goto done;
   }
   rg_gpt_config cfg = {wte->dims[0], wpe->dims[0], count_layers(&r), wte->dims[1], heads, 0};
+  if (cfg.layers > rg_st_count(r.f) / 12) { /* before a list of that many is made */
+    not_gpt2(&r, "it has tensors of block h.%lld but %d tensors in all, fewer than 12 per "
+             "block: blocks are missing", (long long)cfg.layers - 1, rg_st_count(r.f));
+    goto done;
+  }
   if (!(w = wants(&cfg, &n))) {
     rg_raise(ctx, RG_ERR_OOM, "rg_gpt_load_hf: out of host memory");
     goto done;
@@ -446,7 +451,8 @@ static int write_config(rg_ctx *ctx, const char *path, const rg_gpt_config *c) {
   char cfgpath[4200], tmp[4300];
   snprintf(cfgpath, sizeof cfgpath, "%.*sconfig.json", slash ? (int)(slash - path + 1) : 0,
            path);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cfgpath, (long)getpid());
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx", cfgpath, (long)getpid(),
+           (unsigned long)(uintptr_t)c); /* one per process and model */
   FILE *f = fopen(tmp, "w");
   int ok = f != NULL;
   if (f) {
