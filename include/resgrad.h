@@ -814,6 +814,63 @@ RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
 RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
 RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
 
+/* ---- safetensors files ---------------------------------------------------------------
+   Any safetensors file's tensors by name, as host bytes: for weights made elsewhere (a
+   Hugging Face model: resgrad_nn.h's rg_gpt_load_hf reads GPT-2's with these) and for
+   writing such files. The format, which rg_save writes too: an 8-byte little-endian
+   header length, a JSON header {"<name>": {"dtype", "shape", "data_offsets": [begin,
+   end]}, ..., "__metadata__": {"<key>": "<value>", ...}}, then the data section,
+   each tensor's elements little-endian in C order. None of these touch the device,
+   record or barrier: ctx is used for its sticky error and its host allocator only. A
+   dry-run context opens and reads files but refuses rg_st_write (RG_ERR_UNSUPPORTED,
+   as rg_save: what it would write, its reads, are zeros). A file and what it returned
+   are used by the thread of its context, and closed before rg_close. */
+
+#define RG_ST_MAX_DIMS 8
+/* One tensor of a safetensors file. dtype is the format's name: "F32", "BF16", "F16",
+   "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8_E4M3",
+   "F8_E5M2". */
+typedef struct rg_st_tensor {
+  const char *name;              /* 1 to 299 bytes, not "__metadata__" */
+  char dtype[16];
+  int ndim;                      /* 0 to RG_ST_MAX_DIMS */
+  int64_t dims[RG_ST_MAX_DIMS];
+  size_t nbytes;                 /* rg_st_open: its bytes; rg_st_write ignores it */
+  const void *data;              /* rg_st_write: its bytes; NULL from rg_st_open */
+} rg_st_tensor;
+typedef struct rg_st_file rg_st_file;
+
+/* Opens a safetensors file and validates its whole header (the header length, the JSON,
+   every dtype one of the format's, each tensor's offsets inside the file and holding
+   exactly its shape's bytes, no name twice, no two tensors overlapping); reads no data.
+   NULL with RG_ERR_IO naming the file and what is wrong (RG_ERR_MISUSE for an empty
+   path, RG_ERR_OOM). Free it with rg_st_close. */
+RG_API rg_st_file *rg_st_open(rg_ctx *ctx, const char *path);
+/* The number of tensors (0 for NULL), and tensor i in the header's order (NULL outside
+   [0, count)) or by name (NULL when absent). What these return belongs to the file and
+   lives until rg_st_close; its data is NULL. */
+RG_API int rg_st_count(const rg_st_file *f);
+RG_API const rg_st_tensor *rg_st_at(const rg_st_file *f, int i);
+RG_API const rg_st_tensor *rg_st_find(const rg_st_file *f, const char *name);
+/* The value of a "__metadata__" key (the file's, until rg_st_close), or NULL. */
+RG_API const char *rg_st_meta(const rg_st_file *f, const char *key);
+/* Copies tensor t's bytes (t from rg_st_at or rg_st_find of f) into dst; bytes must be
+   t->nbytes, else RG_ERR_MISUSE. RG_ERR_IO when the file can no longer be read there. */
+RG_API rg_status rg_st_read(rg_st_file *f, const rg_st_tensor *t, void *dst, size_t bytes);
+/* Closes the file and frees what it returned. NULL is fine. */
+RG_API void rg_st_close(rg_st_file *f);
+/* Writes the n tensors t[0..n) (each's data: its dims' product times its dtype's size
+   bytes, C order) as a safetensors file, in that order, with meta's pairs (key, value,
+   ..., NULL; meta may be NULL) as its "__metadata__". The write is rg_save's: atomic, a
+   symbolic link written through, a path that is not a regular file refused with
+   RG_ERR_IO, and a NaN or Inf in an F32 or BF16 tensor refused with RG_ERR_NONFINITE
+   (unless rg_options.nonfinite_checkpoints); on any error nothing is written and an
+   existing file is unchanged. RG_ERR_MISUSE, before anything is written, for a bad
+   name (empty, too long, twice), dtype, ndim or dimension, or NULL data of a non-empty
+   tensor. Not a barrier; written on every rank of a distributed context. */
+RG_API rg_status rg_st_write(rg_ctx *ctx, const char *path, const rg_st_tensor *t, int n,
+                             const char *const *meta);
+
 /* ---- sharing memory with other libraries ------------------------------------------
    Zero-copy exchange with array libraries (NumPy, PyTorch, CuPy...), the primitives a
    DLPack binding needs: rg_export lends a tensor's bytes to another library, rg_import

@@ -13,9 +13,11 @@
  */
 #include "common.h"
 #include "covers.h"
+#include "hf_fixture.h"
 #include "resgrad_nn.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The case filter (argv): is the case of this printed name to run? */
@@ -1349,6 +1351,33 @@ static void run_oom_and_sync(void) {
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
+/* The tiny GPT-2 that transformers made (tests/data/hf_gpt2_tiny) loaded on the GPU gives
+   transformers' logits within 1e-4 (strict F32 products), and exported from the GPU it
+   loads back to the same logits. */
+static void run_hf(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  if (!g) return;
+  char model[4096];
+  hf_path(model, sizeof model, "model.safetensors");
+  for (int pass = 0; pass < 2; pass++) {
+    const char *path = pass ? "hf_export/model.safetensors" : model;
+    rg_gpt *gpt = rg_gpt_load_hf(g, path, 0, pass ? "again." : NULL);
+    CHECK(gpt != NULL, "hf: rg_gpt_load_hf(%s) on CUDA: %s", path, rg_errmsg(g));
+    double err = gpt ? hf_logits_err(g, gpt) : -1;
+    CHECK(err >= 0 && err <= 1e-4, "hf: %s on CUDA: max |logit - transformers'| %.3g", path,
+          err);
+    printf("%-14s max |logit - transformers'| %.2e (%s)\n", pass ? "hf-exported" : "hf", err,
+           path);
+    if (!pass && gpt) {
+      mkdir("hf_export", 0755);
+      CHECK_ST(g, rg_gpt_save_hf(gpt, "hf_export/model.safetensors"), RG_OK);
+    }
+    rg_gpt_free(gpt);
+  }
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
 int main(int argc, char **argv) {
   only = argv + 1, nonly = argc - 1;
   rg_ctx *probe = NULL;
@@ -1475,6 +1504,7 @@ int main(int argc, char **argv) {
   if (want("ring-replay")) run_ring_replay();
   if (want("attn-limit")) run_attn_limit();
   if (want("oom+sync")) run_oom_and_sync();
+  if (want("hf")) run_hf();
   CHECK(nwanted > 0, "no case's name contains any of the %d names given", nonly);
   return finish();
 }

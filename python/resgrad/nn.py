@@ -193,6 +193,24 @@ class GPT(Module):
         self._gpt = _resgrad.GPT(ctx, vocab, block, layers, width, heads, dropout, prefix,
                                  checkpoint)
 
+    @classmethod
+    def from_hf(cls, ctx, path, heads=0, prefix=None):
+        """A GPT made from a GPT-2 checkpoint in Hugging Face's safetensors layout
+        (model.safetensors, e.g. transformers' save_pretrained), its sizes from the
+        tensors; heads=0 reads n_head from the config.json beside it (rg_gpt_load_hf).
+        Raises resgrad.IOError naming what is wrong for a file that is not a GPT-2."""
+        self = cls.__new__(cls)
+        self.ctx = ctx
+        self.prefix = prefix or ""
+        self._gpt = _resgrad.GPT.from_hf(ctx, path, heads, prefix)
+        return self
+
+    def save_hf(self, path):
+        """Writes the model as Hugging Face's GPT-2 (path: model.safetensors, and the
+        config.json beside it), which transformers' GPT2LMHeadModel.from_pretrained
+        loads from that folder (rg_gpt_save_hf)."""
+        self._gpt.save_hf(path)
+
     @property
     def config(self):
         return self._gpt.config
