@@ -25,6 +25,7 @@ is tools/bindgen/header.py, shared with the R package's generator (r/gen_binding
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "bindgen"))
 from header import classify, parse_enums, parse_ops_section, parse_table, read, set_defaults  # noqa: E402
