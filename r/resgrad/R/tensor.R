@@ -266,9 +266,10 @@ NULL
 Ops.ag_tensor <- function(e1, e2) {
   if (!missing(e2) && inherits(e1, "ag_tensor") && inherits(e2, "ag_tensor")) {
     # two tensors: the common case, with nothing to convert
-    f <- switch(.Generic, "+" = C_rgr_op_add, "-" = C_rgr_op_sub, "*" = C_rgr_op_mul,
-                "/" = C_rgr_op_div, NULL)
-    if (!is.null(f)) return(.Call(f, e1, e2))
+    r <- switch(.Generic, "+" = .Call(C_rgr_op_add, e1, e2),
+                "-" = .Call(C_rgr_op_sub, e1, e2), "*" = .Call(C_rgr_op_mul, e1, e2),
+                "/" = .Call(C_rgr_op_div, e1, e2), NULL)
+    if (!is.null(r)) return(r)
   }
   t1 <- inherits(e1, "ag_tensor")
   if (missing(e2)) {
