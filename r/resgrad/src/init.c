@@ -7,7 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RGR_DECL(name, n) SEXP name();
+/* Prototypes from the argument counts (an empty () would mean (void) in C23). */
+#define RGR_ARGS_0 void
+#define RGR_ARGS_1 SEXP
+#define RGR_ARGS_2 SEXP, SEXP
+#define RGR_ARGS_3 SEXP, SEXP, SEXP
+#define RGR_ARGS_4 SEXP, SEXP, SEXP, SEXP
+#define RGR_ARGS_5 SEXP, SEXP, SEXP, SEXP, SEXP
+#define RGR_ARGS_6 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define RGR_DECL(name, n) SEXP name(RGR_ARGS_##n);
 #define RGR_ROUTINES(X)                                                                    \
   X(rgr_open, 2) X(rgr_close, 1) X(rgr_ctx_info, 1) X(rgr_step_begin, 1) X(rgr_sync, 1)      \
   X(rgr_set_training, 2) X(rgr_set_check_finite, 2) X(rgr_generation, 2) X(rgr_stats, 1)   \
