@@ -9,6 +9,10 @@ usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
            [--workloads mlp-small,gpt-char] [--modes f32,tf32,bf16] [--steps 50] [--log FILE]
            [--tune]
 
+Workloads: the named ones, or any shape as both programs take it: mlp=784x256x256x10/b64
+(layer widths, then the batch) and gpt=96x128x4x256x4/b32 (vocabulary, block, layers,
+width, heads, then the batch); each program names its rows by that string.
+
 Modes: resgrad f32 is compared with PyTorch eager-fp32; resgrad tf32 with eager-tf32 and
 compile-ro (torch.compile reduce-overhead, which runs TF32 as well); resgrad bf16 with
 eager-bf16 and compile-ro-bf16 (torch.autocast to bfloat16, TF32 for the rest).

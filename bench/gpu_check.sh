@@ -14,12 +14,17 @@
 #   train      resgrad-train --device cuda on its default task, with --save and --plot;
 #              then bench/torch_ckpt.py loads the checkpoint into PyTorch (TORCH_REF)
 #   work       bench/workloads on the GPU (WORKLOADS, default mlp-small gpt-char)
+#   ckpt       activation checkpointing: gpt2-124m in bf16 (B8 T1024) without and with
+#              --checkpoint (peak_mib, ms_median), then --max-batch without and with
 #   profile    RG_PROFILE=1 bench/workloads (WORKLOADS, MODES' first mode): device time
 #              per op, printed by rg_close
 #   bandwidth  bench/bandwidth (bandwidth-bound ops against the device copy) and
 #              bench/attention (the fused attention at GPT-2 124M's shape: both layouts,
 #              and the qkv layout in bf16), then bench/torch_sdpa.py (PyTorch's fused
 #              attention at that shape, where PyTorch is installed)
+#   python     the Python package's tests on the CPU and on CUDA (RESGRAD_TEST_DEVICE),
+#              then bench/python_ops.py and bench/python_step.py (the reference steps from
+#              Python next to C and TORCH_REF, MODES default f32,tf32)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
 # TUNE=1 runs work, profile and compare with rg_options.gemm_tune (workloads --tune).
@@ -64,11 +69,33 @@ for stage in "$@"; do
     python3 bench/torch_ckpt.py --torch-ref "$REF" --ckpt "$out/addition.safetensors" \
       --gpt-loss $B/gpt_loss 2>&1 | tee "$out/torch_ckpt.log"
     verdict torch_ckpt "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  python)
+    [ -f $B/python/resgrad/_resgrad.abi3.so ] || echo "no Python module in $B (headers?)"
+    export PYTHONPATH=$PWD/$B/python PYTHONUNBUFFERED=1
+    python3 -m pytest -q -p no:cacheprovider python/tests >"$out/pytest-cpu.log" 2>&1; rc=$?
+    tail -3 "$out/pytest-cpu.log"; verdict pytest-cpu $rc $((SECONDS - t0))
+    RESGRAD_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -rs python/tests \
+      >"$out/pytest-cuda.log" 2>&1; rc=$?
+    tail -8 "$out/pytest-cuda.log"; verdict pytest-cuda $rc $((SECONDS - t0))
+    python3 bench/python_ops.py --c-bin $B/op_overhead 2>&1 | tee "$out/python_ops.log"
+    python3 bench/python_step.py --device cuda --modes "${MODES:-f32,tf32}" --c-bin \
+      $B/workloads --torch-ref "$REF" 2>&1 | tee "$out/python_step.log"
+    verdict python "${PIPESTATUS[0]}" $((SECONDS - t0))
+    unset PYTHONPATH ;;
   work)
     # shellcheck disable=SC2086
     $B/workloads --device cuda --steps 50 --warm 10 $TUNEFLAG $WORKLOADS 2>&1 |
       tee "$out/workloads.log"
     verdict work "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  ckpt)
+    for flag in "" --checkpoint; do # shellcheck disable=SC2086
+      $B/workloads --device cuda --mode bf16 --steps 20 --warm 5 $TUNEFLAG $flag gpt2-124m
+    done 2>&1 | tee "$out/ckpt.log"
+    rc=${PIPESTATUS[0]}
+    for flag in "" --checkpoint; do # shellcheck disable=SC2086
+      $B/workloads --device cuda --mode bf16 --max-batch $TUNEFLAG $flag gpt2-124m
+    done 2>&1 | tee -a "$out/ckpt.log"
+    verdict ckpt "$((rc | PIPESTATUS[0]))" $((SECONDS - t0)) ;;
   profile)
     m=${MODES:-f32}
     # shellcheck disable=SC2086

@@ -109,7 +109,8 @@ typedef struct rg_options {
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
                               0 (default): notices */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr;
-                              0 (default): silent. Env RG_TRACE=1 does the same. */
+                              0 (default): silent. Env RG_TRACE=1 does the same. For a
+                              file of timed events, see trace_path. */
   int tf32;                /* 1: float32 matrix products may use TF32 tensor cores (CUDA;
                               about 10 bits of mantissa in the products, f32 accumulation),
                               as PyTorch's allow_tf32 (rg_attention keeps f32); 0
@@ -188,6 +189,30 @@ typedef struct rg_options {
                               rg_step_begin). rg_step_begin or rg_reset makes room again.
                               0 (default): 1<<24; at most 2^32 - 1 (larger is taken as
                               that) */
+  const char *trace_path;  /* a file to write a trace to: Chrome trace-event JSON, which
+                              ui.perfetto.dev and chrome://tracing open (docs/trace.md).
+                              It holds host spans (recording, each drain with its reason
+                              and status, CUDA graph capture and replay, arena
+                              allocations), transfers with their bytes and site, each
+                              op's time where ops run one by one (CPU: host time of its
+                              kernel; CUDA: device time, from events) or each replayed
+                              graph's device time, and counters (pool bytes, reserved
+                              bytes, bytes transferred). The file is complete JSON after
+                              every flush: at the end of each drain, at rg_close, and at
+                              exit for a context never closed; a crash between flushes
+                              leaves the events up to the last one. The path is read by
+                              rg_open only (the string need not outlive it); a path
+                              another open context of this process writes gets "-2",
+                              "-3"... before its extension (a notice unless quiet).
+                              rg_open fails with RG_ERR_IO if the file cannot be made
+                              (why on stderr unless quiet); a later failed write sets
+                              RG_ERR_IO as the sticky error and stops the trace, and
+                              rg_close then returns RG_ERR_IO. While tracing, CUDA times
+                              every node of an eager drain with an event pair, and each
+                              graph launch with one. NULL or "" (default): no file, and
+                              each hook costs one test. Env RG_TRACE=<path> (a value with
+                              a '/' or a '.', e.g. RG_TRACE=run.json) does the same and
+                              takes precedence. */
 } rg_options;
 
 /* ---- context and errors ---------------------------------------------------------- */
@@ -197,8 +222,10 @@ typedef struct rg_options {
    build or machine without it, RG_ERR_OOM, RG_ERR_MISUSE for ctx == NULL). Not a barrier. */
 RG_API rg_status rg_open(rg_ctx **ctx, const rg_options *opt);
 /* Runs pending work (barrier), frees everything the context owns, including optimizers
-   not yet freed. NULL is fine. Returns the status of that last drain; the context is
-   freed either way and must not be used again. */
+   not yet freed and memory lent by rg_export (open loans or not: a borrower must not
+   touch it afterwards), then calls the release of every rg_import of the pass (also
+   after a failed drain). NULL is fine. Returns the status of that last drain; the
+   context is freed either way and must not be used again. */
 RG_API rg_status rg_close(rg_ctx *ctx);
 /* First error since the last rg_clear_error (sticky), RG_OK if none. NULL ctx: MISUSE. */
 RG_API rg_status rg_error(const rg_ctx *ctx);
@@ -242,13 +269,17 @@ RG_API void rg_label_pop(rg_ctx *ctx);
 
 /* Barrier; then frees the pass pool, bumps its generation and clears the autograd tape.
    Handles from the pass pool become stale. Persistent tensors are untouched. The status
-   is that of the drain; the pass pool is reset even when the drain failed. */
+   is that of the drain; the pass pool is reset even when the drain failed, and then the
+   release of every rg_import of the pass is called. While a pass tensor is lent
+   (rg_export) it refuses at once with RG_ERR_MISUSE: nothing is run or reset. */
 RG_API rg_status rg_step_begin(rg_ctx *ctx);
 /* Barrier without a read. Returns the drain's status. */
 RG_API rg_status rg_sync(rg_ctx *ctx);
 /* Barrier; then frees the pool and bumps its generation. Resetting the persistent pool
    also frees every parameter, gradient and optimizer state (optimizers stay allocated
-   but hold no parameters: free them). */
+   but hold no parameters: free them). Resetting the pass pool calls the release of
+   every rg_import of the pass, as rg_step_begin does. While a tensor of the pool is lent
+   (rg_export) it refuses at once with RG_ERR_MISUSE: nothing is run or reset. */
 RG_API rg_status rg_reset(rg_ctx *ctx, rg_pool pool);
 /* Current generation of a pool (starts at 1; 0 for a NULL ctx). */
 RG_API uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool);
@@ -305,7 +336,8 @@ RG_API int rg_is_live(rg_ctx *ctx, rg_tensor t);
    NUL-terminates them when cap > 0 (buf may be NULL when cap is 0). The line is dtype,
    shape, pool, the pool's generation and the slot (from 1), the parameter's name (or
    whose gradient it is), "pending" or "ready" followed by the op that made it and its
-   label, "requires grad" and "has grad" (rg_grad would return one) where they hold, and
+   label, "requires grad" and "has grad" (rg_grad would return one), "imported"
+   (rg_import) and "lent N times" (open rg_export loans) where they hold, and
    for a value whose drain failed, last, "failed: " and that drain's message, e.g.
      F32 [32,11,64] pass gen 3 slot 17, pending: rg_linear [block0/mlp], requires grad
    A handle that is not live reads "RG_NONE", "stale (pass pool generation 2, now 3)" or
@@ -414,6 +446,26 @@ RG_API rg_tensor rg_embedding(rg_ctx *ctx, rg_tensor table, rg_tensor idx);
    atomics). */
 RG_API rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
                               int causal);
+/* rg_attention with masks beyond causal (rg_attention is this with both RG_NONE):
+   softmax(q k^T / sqrt(D) + bias [+ causal mask], over the keys not padded) v.
+   key_padding: RG_NONE, or I32 [B,S]: a nonzero element masks key s of batch b from every
+   query of that batch (PyTorch's key_padding_mask, True = ignore). bias: RG_NONE, or F32
+   of 1 to 4 axes that broadcasts to [B,H,T,S] (aligned from the right, each axis its size
+   or 1: [T,S], [B,1,T,S], [B,H,T,S], [B,1,1,S]...), added to the scaled scores; -inf
+   masks an entry, +inf and NaN are the caller's to avoid. (Under rg_options.check_finite
+   the upload of a bias holding -inf is itself reported as non-finite: mask whole keys with
+   key_padding there, or use a large negative finite bias, which leaves a row that has it
+   everywhere an average of its keys rather than 0.) A query row whose every key is
+   masked (by padding, causal or -inf) gives an output row of 0 and passes no gradient
+   (where the mask-free softmax would divide 0 by 0). d: q, k and v; the masks get none:
+   a bias that requires a gradient is RG_ERR_MISUSE (pass rg_detach of it). Shapes and
+   dtypes of the masks are checked when recorded (RG_ERR_MISUSE naming them); a BF16 bias
+   under rg_options.bf16 is widened to F32. Precision, D limit and determinism as
+   rg_attention's; the CUDA backend reads the masks per 64 x 64 tile inside its fused
+   kernels (no T x S matrix), and runs masked calls on resgrad's own kernels, never
+   cuDNN's (rg_stats.cudnn_attention does not count them). */
+RG_API rg_tensor rg_attention_mask(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v,
+                                   int causal, rg_tensor key_padding, rg_tensor bias);
 /* rg_attention on the heads of a fused projection, read and written in place: qkv
    [B,T,3C] holds q, k and v as the thirds [0,C), [C,2C), [2C,3C) of its last axis, and
    head h (of heads, D = C/heads) is columns [h*D, (h+1)*D) of each third. The result is
@@ -478,6 +530,39 @@ RG_API rg_tensor rg_grad(rg_ctx *ctx, rg_tensor t);
 RG_API rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t);
 /* Records the zeroing of every parameter gradient. Not a barrier. */
 RG_API rg_status rg_zero_grad(rg_ctx *ctx);
+
+/* ---- activation checkpointing ------------------------------------------------------ */
+
+/* A checkpoint region trades compute for memory: the tensors its ops make go back to the
+   pass pool at its end, all but its output, and rg_backward records their recomputation
+   (the region's ops again, on the same inputs: the same values bit for bit, the same
+   dropout masks) just before the region's gradients, then gives the recomputed tensors
+   back once those are recorded. The forward pass then holds each region's output instead
+   of all its activations, the backward pass one region's activations at a time; the
+   price is the region's forward ops run twice. It all stays in the one recorded pass (one
+   drain, one CUDA graph), and the gradients are bit-identical to the same pass without
+   regions. A transformer block is the usual region (rg_gpt_config.checkpoint):
+
+     rg_checkpoint_begin(ctx);
+     x = rg_nn_block_forward(ctx, &block, x);
+     rg_checkpoint_end(ctx, x);
+
+   rg_checkpoint_begin opens a region; MISUSE if one is open (regions do not nest).
+   rg_checkpoint_end closes it. out, which an op of the region made, survives it, with the
+   other outputs of that op (attention's row statistics...), and so do tensors of the
+   region given to rg_retain_grad before the end, lent (rg_export) or uploaded (rg_input).
+   Every other tensor the region made is refused afterwards by every call that takes it
+   (MISUSE, saying so), the shape queries excepted: make the value needed later the
+   region's output. The region's inputs must keep their values until rg_backward (no
+   rg_write or optimizer step on them in between): its recomputation reads them again.
+   out == RG_NONE closes the region without giving anything back (unwinding after an
+   error). MISUSE without an open region, or for an out the region did not make (the
+   region is closed then and keeps its tensors). While a region is open, rg_backward,
+   rg_step_begin and rg_reset refuse (MISUSE) and change nothing. A loss computed inside a
+   region is recorded with its backward as two nodes rather than one: end regions before
+   the loss. Not barriers. */
+RG_API rg_status rg_checkpoint_begin(rg_ctx *ctx);
+RG_API rg_status rg_checkpoint_end(rg_ctx *ctx, rg_tensor out);
 
 /* ---- optimizers ---------------------------------------------------------------------- */
 
@@ -560,6 +645,143 @@ RG_API rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs);
    stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
 
+/* ---- ring buffers --------------------------------------------------------------------
+   A ring buffer is a table of capacity entries of rows values each, kept on the device
+   outside the per-step pool: replay memory for reinforcement learning, a window of
+   streaming data. Its handle is a persistent tensor [capacity, rows] (generation-checked
+   like any handle: rg_reset(RG_POOL_PERSISTENT) makes it stale) beside a small state on
+   the device (the next slot to write, how many entries it holds, how many samples were
+   drawn), which only recorded nodes read and change. So pushes, gathers and samples are
+   ordered with the queue like any op (a gather recorded before a push sees the old
+   contents), and a step that pushes and samples records the same graph every time: on
+   CUDA it replays, each replay working on the ring as it then is, with no transfer but
+   the entries pushed. Entries are numbered from the oldest (0) to the newest (count - 1);
+   once full, a push overwrites the oldest. rg_read of the handle gives the raw table, slot
+   by slot (the oldest entry is not slot 0 once the ring has wrapped); other ops read it
+   like any persistent tensor, and rg_write replaces the table (not the state). A ring
+   takes capacity * rows elements (rounded up to 256 bytes) plus 256 bytes of the
+   persistent pool and its budget.
+   The ring holds values: entries pushed carry no gradient into it, and gathers give
+   tensors that require none. docs/ring.md has a replay-buffer loop. */
+
+/* A new ring of capacity entries of rows elements of dtype (any), all zero, holding
+   none. capacity in [1, 2^31 - 1], rows >= 1, else MISUSE; RG_ERR_OOM as for any
+   persistent tensor. It may reuse the bytes of a ring rg_ring_free freed (its zeroing is
+   recorded, so queued readers of the old ring run first). Records two fills; not a
+   barrier. */
+RG_API rg_tensor rg_ring_new(rg_ctx *ctx, rg_dtype dtype, int64_t capacity, int64_t rows);
+/* Records the append of entries, [k, rows] (k entries, 1 <= k <= capacity) or [rows] (one),
+   of the ring's dtype, after the newest: entry j goes to the slot after entry j - 1, the
+   oldest entries are overwritten once the ring is full, and the count becomes min(count +
+   k, capacity). Nodes recorded before it read the old contents, nodes after it the new;
+   entries may come from either pool (copied when the node runs; the ring itself is
+   refused). MISUSE for another shape or dtype, naming both. Not a barrier. */
+RG_API rg_status rg_ring_push(rg_ctx *ctx, rg_tensor ring, rg_tensor entries);
+/* Records a gather: I32 idx of up to 3 axes -> [..idx.., rows] of the ring's dtype, row p
+   a copy of entry idx[p] (0 the oldest). An index outside [0, count) is RG_ERR_MISUSE at
+   the barrier naming the value, its position and the count; nothing is read outside the
+   ring. A pass tensor, no gradient. Not a barrier. */
+RG_API rg_tensor rg_ring_gather(rg_ctx *ctx, rg_tensor ring, rg_tensor idx);
+/* Records the draw of n entry numbers (I32 [n], for rg_ring_gather) uniformly from [0,
+   count) on the device, with replacement: no upload, and a captured step draws new ones
+   at each replay. Drawn by Philox keyed by the context seed with the ring's own count of
+   samples drawn, so a program run twice with one seed draws the same batches on the CPU
+   and on CUDA (each value's probability is 1/count within count / 2^32). Sampling an
+   empty ring is RG_ERR_MISUSE at the barrier. n in [1, 2^31 - 1] else MISUSE. Not a
+   barrier. */
+RG_API rg_tensor rg_ring_sample(rg_ctx *ctx, rg_tensor ring, int64_t n);
+/* Barrier; then the number of entries the ring holds into *count (a 4-byte download,
+   site RG_SITE_READ). A failed drain's status is returned with the count its nodes that
+   ran left. NULL count: MISUSE. */
+RG_API rg_status rg_ring_count(rg_ctx *ctx, rg_tensor ring, int64_t *count);
+/* Frees the ring: its handle is stale from now on (RG_ERR_STALE naming rg_ring_free), and
+   its bytes go back to the persistent pool for a later rg_ring_new. Nodes already queued
+   that read or push to it still run on its contents, at the next barrier, as recorded.
+   A lent ring (rg_export) is refused (MISUSE) until its loans end. Not a barrier. */
+RG_API rg_status rg_ring_free(rg_ctx *ctx, rg_tensor ring);
+
+/* ---- token data ----------------------------------------------------------------------
+   A dataset of tokens in a file, read through a memory map (POSIX), and the batches of a
+   language model cut from it: rows of T + 1 consecutive tokens, the first T the input
+   and the last T the targets (the next token of each input position).
+
+   Formats. RG_DATA_RAW: every byte is one token (vocabulary 256). RG_DATA_LLMC: the
+   token files of llm.c: a header of 256 little-endian int32, header[0] = 20240520 (the
+   magic), header[1] = 1 (the version), header[2] = the number of tokens, then that many
+   little-endian uint16 tokens and nothing after them. RG_DATA_AUTO: LLMC when the file
+   starts with that magic, else RAW.
+
+   Batches. Batch n (0, 1, 2, ...; rg_data_batch takes the next one, rg_data_seek sets
+   it) is a pure function of (file, seed, n, B, T, world, rank, random), never of timing
+   or of earlier calls. With world ranks, batch n is a global batch of world * B rows of
+   which rank r takes rows [r B, (r + 1) B), so world ranks of B rows see the rows one
+   process of world * B rows sees. Random: global row i of batch n starts at a position
+   drawn uniformly from [0, N - T) (N tokens in the file) by Philox keyed by the seed,
+   with counter (n, i). Sequential: the file is cut into consecutive rows of T + 1 tokens
+   advancing by T, world * B rows a batch; E = floor((N - 1) / (world B T)) batches make
+   an epoch, and batch n is batch n mod E of epoch n / E (the last N - 1 - E world B T
+   tokens are never read: the rows stop at the end of a whole batch).
+
+   Prefetch. Unless rg_data_options.no_prefetch, each rg_data_batch, after recording its
+   uploads, hands the next batch (number n + 1, the same B, T and mode) to a worker
+   thread of the handle, which gathers its tokens from the map into a host buffer while
+   the caller records and runs step n (the barrier that runs the step waits for the
+   device; the worker is not held up by it). The next rg_data_batch waits for the worker
+   if it is not done, and uses its batch if it is the one asked for (else it gathers the
+   asked one itself). The worker touches nothing but the map and that buffer; the
+   context is used only by the calling thread. What overlaps is the host's gathering of
+   batch n + 1 with step n; the upload itself is part of step n + 1 (an UPLOAD node from
+   the pass's pinned staging, as rg_input's). Prefetch changes no value: the batches are
+   the same with and without it. */
+typedef struct rg_data rg_data;
+typedef enum rg_data_format {
+  RG_DATA_AUTO = 0, RG_DATA_RAW = 1, RG_DATA_LLMC = 2
+} rg_data_format;
+/* Options for rg_data_open; a zero-initialised struct (or NULL) gives the defaults. */
+typedef struct rg_data_options {
+  rg_data_format format; /* AUTO (default), RAW or LLMC */
+  int64_t vocab;         /* every token must be below it: checked once, at open, for every
+                            token; 0 (default): the format's own bound (256 raw, 65536
+                            llm.c), which needs no check. At most that bound. */
+  uint64_t seed;         /* random batches (0, the default, is seed 0) */
+  int world, rank;       /* this process is rank of world (data-parallel); world 0
+                            (default) is 1 */
+  int no_prefetch;       /* 1: each rg_data_batch gathers its batch itself, no worker
+                            thread; 0 (default): prefetch (above) */
+} rg_data_options;
+/* Opens path as a token dataset of ctx. Not a barrier; records nothing. Checks the whole
+   file before returning: RG_ERR_IO naming the file and what is wrong for a missing or
+   unreadable file, an llm.c file with the wrong magic (format LLMC) or version, a header
+   whose count disagrees with the file's size (truncated, or bytes after the tokens), no
+   tokens, or a token >= vocab (naming the first such token, its value and its
+   position); RG_ERR_MISUSE for bad options. On error NULL with the sticky error set. The
+   handle is freed by rg_data_free or rg_close. */
+RG_API rg_data *rg_data_open(rg_ctx *ctx, const char *path, const rg_data_options *opt);
+/* Records the upload of the next batch (see above: random != 0 draws rows at random,
+   0 takes them sequentially) as two pass tensors, *idx and *targets, I32 [B, T] (targets
+   row b, column t is the token after idx row b, column t). Not a barrier. B, T >= 1 and
+   a global batch must fit in the file: world * B * T + 1 <= N, else RG_ERR_MISUSE
+   naming the sizes (nothing recorded, the batch number unchanged). On success the batch
+   number advances by one. Counted as site RG_SITE_INPUT, as rg_input. On error both
+   handles are RG_NONE. */
+RG_API rg_status rg_data_batch(rg_data *d, int64_t B, int64_t T, int random, rg_tensor *idx,
+                               rg_tensor *targets);
+/* Sets the number of the next batch (>= 0, else MISUSE): e.g. the step a resumed run
+   continues from. Not a barrier. */
+RG_API rg_status rg_data_seek(rg_data *d, int64_t batch);
+/* The number of tokens in the file (0 for NULL), the number of the next batch, and the
+   format the file was read as (RG_DATA_AUTO for NULL). rg_data_epoch: how many times
+   the batches taken so far have gone through the data, by the last batch's shape and
+   mode: sequential, the epochs completed (the next batch's epoch); random, the tokens
+   drawn divided by N, rounded down; 0 before the first batch. Not barriers. */
+RG_API int64_t rg_data_tokens(const rg_data *d);
+RG_API int64_t rg_data_next(const rg_data *d);
+RG_API int64_t rg_data_epoch(const rg_data *d);
+RG_API rg_data_format rg_data_format_of(const rg_data *d);
+/* Stops the worker, unmaps the file and frees the handle. Tensors already recorded keep
+   their bytes (the uploads read the pass's staging, not the file). NULL is fine. */
+RG_API void rg_data_free(rg_data *d);
+
 /* ---- checkpoints --------------------------------------------------------------------- */
 
 /* Barrier; writes every parameter (and opt's state when opt != NULL) as safetensors,
@@ -591,6 +813,137 @@ RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
    the key is set again, rg_load or rg_close) or NULL; after rg_load it holds the file's. */
 RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
 RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
+
+/* ---- safetensors files ---------------------------------------------------------------
+   Any safetensors file's tensors by name, as host bytes: for weights made elsewhere (a
+   Hugging Face model: resgrad_nn.h's rg_gpt_load_hf reads GPT-2's with these) and for
+   writing such files. The format, which rg_save writes too: an 8-byte little-endian
+   header length, a JSON header {"<name>": {"dtype", "shape", "data_offsets": [begin,
+   end]}, ..., "__metadata__": {"<key>": "<value>", ...}}, then the data section,
+   each tensor's elements little-endian in C order. None of these touch the device,
+   record or barrier: ctx is used for its sticky error and its host allocator only. A
+   dry-run context opens and reads files but refuses rg_st_write (RG_ERR_UNSUPPORTED,
+   as rg_save: what it would write, its reads, are zeros). A file and what it returned
+   are used by the thread of its context, and closed before rg_close. */
+
+#define RG_ST_MAX_DIMS 8
+/* One tensor of a safetensors file. dtype is the format's name: "F32", "BF16", "F16",
+   "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8_E4M3",
+   "F8_E5M2". */
+typedef struct rg_st_tensor {
+  const char *name;              /* 1 to 299 bytes, not "__metadata__" */
+  char dtype[16];
+  int ndim;                      /* 0 to RG_ST_MAX_DIMS */
+  int64_t dims[RG_ST_MAX_DIMS];
+  size_t nbytes;                 /* rg_st_open: its bytes; rg_st_write ignores it */
+  const void *data;              /* rg_st_write: its bytes; NULL from rg_st_open */
+} rg_st_tensor;
+typedef struct rg_st_file rg_st_file;
+
+/* Opens a safetensors file and validates its whole header (the header length, the JSON,
+   every dtype one of the format's, each tensor's offsets inside the file and holding
+   exactly its shape's bytes, no name twice, no two tensors overlapping); reads no data.
+   NULL with RG_ERR_IO naming the file and what is wrong (RG_ERR_MISUSE for an empty
+   path, RG_ERR_OOM). Free it with rg_st_close. */
+RG_API rg_st_file *rg_st_open(rg_ctx *ctx, const char *path);
+/* The number of tensors (0 for NULL), and tensor i in the header's order (NULL outside
+   [0, count)) or by name (NULL when absent). What these return belongs to the file and
+   lives until rg_st_close; its data is NULL. */
+RG_API int rg_st_count(const rg_st_file *f);
+RG_API const rg_st_tensor *rg_st_at(const rg_st_file *f, int i);
+RG_API const rg_st_tensor *rg_st_find(const rg_st_file *f, const char *name);
+/* The value of a "__metadata__" key (the file's, until rg_st_close), or NULL. */
+RG_API const char *rg_st_meta(const rg_st_file *f, const char *key);
+/* Copies tensor t's bytes (t from rg_st_at or rg_st_find of f) into dst; bytes must be
+   t->nbytes, else RG_ERR_MISUSE. RG_ERR_IO when the file can no longer be read there. */
+RG_API rg_status rg_st_read(rg_st_file *f, const rg_st_tensor *t, void *dst, size_t bytes);
+/* Closes the file and frees what it returned. NULL is fine. */
+RG_API void rg_st_close(rg_st_file *f);
+/* Writes the n tensors t[0..n) (each's data: its dims' product times its dtype's size
+   bytes, C order) as a safetensors file, in that order, with meta's pairs (key, value,
+   ..., NULL; meta may be NULL) as its "__metadata__". The write is rg_save's: atomic, a
+   symbolic link written through, a path that is not a regular file refused with
+   RG_ERR_IO, and a NaN or Inf in an F32 or BF16 tensor refused with RG_ERR_NONFINITE
+   (unless rg_options.nonfinite_checkpoints); on any error nothing is written and an
+   existing file is unchanged. RG_ERR_MISUSE, before anything is written, for a bad
+   name (empty, too long, twice), dtype, ndim or dimension, or NULL data of a non-empty
+   tensor. Not a barrier; written on every rank of a distributed context. */
+RG_API rg_status rg_st_write(rg_ctx *ctx, const char *path, const rg_st_tensor *t, int n,
+                             const char *const *meta);
+
+/* ---- sharing memory with other libraries ------------------------------------------
+   Zero-copy exchange with array libraries (NumPy, PyTorch, CuPy...), the primitives a
+   DLPack binding needs: rg_export lends a tensor's bytes to another library, rg_import
+   wraps another library's bytes as a tensor. Neither copies or allocates device memory.
+   A dry-run context refuses both (RG_ERR_UNSUPPORTED). */
+
+/* Where a tensor's bytes are: C-contiguous (row-major, no strides), starting at data. */
+typedef struct rg_memref {
+  void *data;            /* the first element; device memory on CUDA */
+  rg_device device;      /* RG_DEVICE_CPU (host memory) or RG_DEVICE_CUDA */
+  int device_index;      /* the GPU's ordinal for CUDA, 0 for the CPU */
+  rg_dtype dtype;
+  int ndim;              /* 0 to RG_MAX_DIMS */
+  int64_t dims[RG_MAX_DIMS]; /* the first ndim are used */
+} rg_memref;
+
+/* Barrier (counted as RG_DRAIN_READ); then lends t's bytes: fills *out with where they
+   are, the bytes rg_read would copy. If the drain this call runs fails before reaching
+   t, or t's drain failed earlier, the status is rg_read's for t (the drain's, or
+   RG_ERR_FAILED) and nothing is lent; a drain that reports
+   RG_ERR_NONFINITE (rg_clip_grad_norm) lends nothing either and returns it: call again.
+   Only RG_OK lends. On CUDA the bytes are ready for work the borrower queues on stream
+   (a cudaStream_t, or cudaStreamLegacy / cudaStreamPerThread): the context's stream
+   records an event that stream waits for, so nothing waits on the host; stream NULL
+   waits on the host until the context's work is done (right for the legacy default
+   stream and for host code that reads at once). The CPU ignores stream.
+   A lent tensor is pinned: while any tensor of a pool is lent, rg_step_begin and rg_reset
+   of that pool refuse with RG_ERR_MISUSE at once, before their barrier (nothing is run or
+   freed), with a message that says how many loans of that pool are open; so the bytes
+   stay valid and keep holding t. Each rg_export is undone by one rg_unexport of the same
+   handle (a DLPack deleter calls it); lend as often as needed. Lending a view (rg_reshape
+   of a pass tensor) pins the bytes it shares. A persistent tensor can be lent too: a
+   parameter's borrower sees the optimizer's in-place updates (and rg_write, rg_load) as
+   they run. The borrower may also write the bytes; its writes must be complete, or
+   ordered before work queued on rg_stream(ctx), before the next barrier that reads them.
+   rg_close frees lent memory regardless: a borrower must not touch it after rg_close. */
+RG_API rg_status rg_export(rg_ctx *ctx, rg_tensor t, void *stream, rg_memref *out);
+/* Ends one loan of t (one earlier rg_export of this handle); when a pool's last loan ends,
+   its rg_step_begin or rg_reset works again. MISUSE if t has no open loan. Not a
+   barrier. */
+RG_API rg_status rg_unexport(rg_ctx *ctx, rg_tensor t);
+/* A new pass tensor whose bytes are the caller's memory m->data: no copy, no arena bytes
+   (rg_stats' pass_bytes and the pass budget do not count it), no gradient, ready to read.
+   m->device must be the context's device (and m->device_index its GPU), m->dtype any
+   rg_dtype, m->ndim and m->dims as for rg_input, m->data non-NULL and aligned to
+   rg_import_align(ctx) bytes; otherwise RG_ERR_MISUSE naming what differs (a misaligned
+   address: copy it first). On CUDA the address must be memory of the context's GPU.
+   The producer's writes to the memory must be complete, or ordered before work queued on
+   rg_stream(ctx), when rg_import is called (that is what DLPack's stream argument is for:
+   pass rg_stream(ctx) to the producer). The tensor is read by every op, reshaped (a view
+   of the same bytes), lent again by rg_export (pinning it as above), and rg_write writes
+   the caller's memory; an op's output is never placed in it. Steps captured as CUDA
+   graphs bake addresses in: a drain replays a captured graph only when every tensor it
+   touches, an import included, is at the address of the capture, so importing another
+   buffer each step gives right values (and replays once the same addresses recur, as
+   with a rotating set of buffers). release(user) (release may be NULL) is called
+   exactly once, when resgrad no longer touches the memory: when the pass pool is reset
+   (rg_step_begin, rg_reset(RG_POOL_PASS)), after the barrier that runs every queued
+   reader, or at rg_close (also after a failed drain). It must not call resgrad on ctx.
+   A call that fails (RG_NONE) keeps nothing and never calls release: the caller still
+   owns the memory. Until release, the memory must stay allocated and hold the tensor's
+   value. */
+RG_API rg_tensor rg_import(rg_ctx *ctx, const rg_memref *m, void (*release)(void *user),
+                           void *user);
+/* The context's CUDA stream (a cudaStream_t), on which every drain runs: the stream to
+   name to a producer whose memory is imported, and for ordering other work after a
+   drain's. NULL for the CPU and for a dry run (and a NULL ctx). Not a barrier. */
+RG_API void *rg_stream(rg_ctx *ctx);
+/* The alignment in bytes rg_import requires of memory, the same for every dtype: the
+   widest access the device's kernels make from a tensor's start. 16 on CUDA (float4 and
+   16-byte bf16 loads; the allocators of CUDA and the array libraries give 256), 4 on the
+   CPU (an F32 or I32 element). A dry run's is its device's; 0 for a NULL ctx. */
+RG_API size_t rg_import_align(rg_ctx *ctx);
 
 /* ---- distributed (data-parallel) training ------------------------------------------
    One process per rank, each with its own context and the same model; each trains on its
@@ -705,7 +1058,7 @@ typedef enum rg_site {
   RG_SITE_WRITE,      /* rg_write (up) */
   RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
   RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads, rg_optim_lr (up/down) */
-  RG_SITE_READ,       /* rg_read, rg_item (down) */
+  RG_SITE_READ,       /* rg_read, rg_item, rg_ring_count (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
   RG_SITE_RNG,        /* dropout's step counter, 8 bytes up in a step that uses dropout */
   RG_SITE_COUNT

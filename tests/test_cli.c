@@ -16,6 +16,8 @@
  *    the option or the reason, nothing written;
  *  - --plot /dev/full: exit 1 naming --plot and "No space left on device", the --save of
  *    the same run complete and every earlier file intact;
+ *  - --trace writes a trace that is strict JSON with the run's drains; a missing
+ *    directory, a directory, or the path of another output is refused (exit 2);
  *  - a --batch far beyond memory is refused (exit 2, naming the largest that fits), not
  *    killed;
  *  - a checkpoint with a NaN in wte.weight is refused naming the tensor, the file
@@ -25,7 +27,11 @@
  *  - --text - trains from a pipe;
  *  - --top-k 1 samples what --greedy does, a fixed --seed samples the same twice, and
  *    --greedy --top-k is a usage error;
- *  - numbers out of range or not numbers, and --resume of an addition model with --text.
+ *  - numbers out of range or not numbers, and --resume of an addition model with --text;
+ *  - --tokens and --val-tokens (llm.c token files written here): a run that trains and
+ *    reports the held-out loss, then refusals naming the option and the reason: a
+ *    truncated file, a token >= --vocab, no --vocab, --val-tokens alone, and each file
+ *    the same as --save or --plot.
  *
  * The program is found next to this test's executable; the test is skipped (77) when it
  * was not built. Everything happens in a fresh directory cli.XXXXXX under ctest's working
@@ -45,6 +51,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "json.h"
 
 static char prog[4096];
 static const char TINY[] = "<tiny>"; /* in an argument list: the tiny model's options */
@@ -415,6 +422,26 @@ static void test_dev_full(void) {
         "run whose plot failed) exited %d: %s", R.cmd, R.code, R.err);
 }
 
+/* --trace: the run's trace parses and holds its drains; its path is checked as --plot's. */
+static void test_trace(void) {
+  run(NULL, ARGS(TINY, "--trace", "run.json"));
+  CHECK(R.code == 0, "'%s' exited %d: %s", R.cmd, R.code, R.err);
+  char *text = (char *)slurp("run.json", NULL), err[200] = "no file";
+  jv *root = text ? json_parse(text, err, sizeof err) : NULL;
+  const jv *ev = json_get(root, "traceEvents");
+  int drains = 0;
+  for (int i = 0; ev && ev->type == J_ARR && i < ev->n; i++)
+    drains += !strcmp(json_sget(&ev->items[i], "name"), "drain");
+  CHECK(root && drains >= 2, "--trace run.json: %s, %d drain spans", root ? "parsed" : err,
+        drains);
+  json_free(root);
+  free(text);
+  remove("run.json");
+  refused("--trace", "does not exist", ARGS(TINY, "--trace", "nodir/x.json"));
+  refused("--trace", "directory", ARGS(TINY, "--trace", "adir"));
+  refused("same file", "--trace", ARGS(TINY, "--plot", "p.svg", "--trace", "./p.svg"));
+}
+
 /* 4. A batch far beyond memory is refused before anything is allocated, not killed.
    --batch 1000000 of this model needs about 20 GiB: a machine with more may run it, so
    that run trains no steps (--steps 0; the memory plan still sizes training steps). */
@@ -521,6 +548,47 @@ static void test_text_and_numbers(void) {
   refused("addition model", "leave out", ARGS(TINY, "--resume", "k.st", "--text", "data.txt"));
 }
 
+/* An llm.c token file of n tokens (i * 7 mod 300), its header claiming claim tokens. */
+static void make_tokens(const char *path, int32_t claim, int n, int bump) {
+  unsigned char *b = calloc(1024 + 2 * (size_t)n, 1);
+  if (!b) return;
+  int32_t h[3] = {20240520, 1, claim};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 4; i++) b[4 * k + i] = (unsigned char)((uint32_t)h[k] >> (8 * i));
+  for (int i = 0; i < n; i++) {
+    int v = i * 7 % 300 + (i == n / 2 ? bump : 0);
+    b[1024 + 2 * i] = (unsigned char)(v & 255), b[1024 + 2 * i + 1] = (unsigned char)(v >> 8);
+  }
+  put_file(path, b, 1024 + 2 * (size_t)n);
+  free(b);
+}
+
+/* 11. Token files: a run, then files and options refused. */
+static void test_tokens(void) {
+  make_tokens("tr.bin", 3000, 3000, 0);
+  make_tokens("va.bin", 500, 500, 0);
+  make_tokens("cut.bin", 3000, 2999, 0);
+  make_tokens("big.bin", 500, 500, 300); /* token 250 is 250 * 7 % 300 + 300 = 550 */
+  run(NULL, ARGS(TINY, "--tokens", "tr.bin", "--val-tokens", "va.bin", "--vocab", "300",
+                 "--block", "8", "--save", "tok.st"));
+  CHECK(R.code == 0 && strstr(R.out, ": tokens, GPT") && strstr(R.out, "held-out loss") &&
+            strstr(R.out, "vocab=300 block=8"),
+        "'%s' exited %d: %s%s", R.cmd, R.code, R.out, R.err);
+  refused("--tokens 'cut.bin'", "truncated",
+          ARGS(TINY, "--tokens", "cut.bin", "--vocab", "300", "--block", "8"));
+  refused("--val-tokens 'big.bin'", "token 250 (counting from 0) is 550",
+          ARGS(TINY, "--tokens", "tr.bin", "--val-tokens", "big.bin", "--vocab", "300",
+               "--block", "8"));
+  refused("--tokens needs --vocab", NULL, ARGS(TINY, "--tokens", "tr.bin"));
+  refused("--val-tokens", "add --tokens", ARGS(TINY, "--val-tokens", "va.bin"));
+  refused("--tokens 'tr.bin'", "--save 'tr.bin'",
+          ARGS(TINY, "--tokens", "tr.bin", "--vocab", "300", "--save", "tr.bin"));
+  refused("--val-tokens 'va.bin'", "--plot './va.bin'",
+          ARGS(TINY, "--tokens", "tr.bin", "--val-tokens", "va.bin", "--vocab", "300",
+               "--plot", "./va.bin"));
+  refused("token model", "--text", ARGS(TINY, "--resume", "tok.st", "--text", "data.txt"));
+}
+
 int main(void) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -548,10 +616,12 @@ int main(void) {
     test_collisions();
     test_directories();
     test_dev_full();
+    test_trace();
     test_huge_batch();
     test_nan_checkpoint();
     test_kill9();
     test_text_and_numbers();
+    test_tokens();
   }
   if (chdir("..")) return 1;
   remove_tree(dir);

@@ -29,9 +29,10 @@ static const char *const layer_name[] = {"leaf",   "base",  "tensor", "queue",
                                          "record", "train", "context"};
 
 static const struct { const char *file; int layer; } table[] = {
-    /* call nothing else in the core: the shared headers, host memory, the sticky error */
+    /* call nothing else in the core: the shared headers, host memory, the sticky error,
+       the trace file (which every layer reports to) */
     {"internal.h", LEAF}, {"ops.h", LEAF}, {"philox.h", LEAF}, {"sched.h", LEAF},
-    {"alloc.c", LEAF}, {"error.c", LEAF},
+    {"alloc.c", LEAF}, {"error.c", LEAF}, {"trace.c", LEAF},
     /* labels; the dry-run backend */
     {"label.c", BASE}, {"dry.c", BASE},
     /* arenas, tensors and their handles, parameters, describing handles */
@@ -39,11 +40,12 @@ static const struct { const char *file; int layer; } table[] = {
     /* recording nodes, draining them, resetting the pools */
     {"queue.c", QUEUE},
     /* what records nodes: transfers, ops, autograd and the all-reduces it records
-       (dist.c), BF16 shadows */
+       (dist.c), BF16 shadows, checkpoint regions and their recomputation */
     {"transfer.c", RECORD}, {"ops.c", RECORD}, {"autograd.c", RECORD}, {"shadow.c", RECORD},
-    {"dist.c", RECORD},
-    /* optimizers, checkpoints, gradient checks */
-    {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN},
+    {"dist.c", RECORD}, {"share.c", RECORD}, {"recompute.c", RECORD}, {"ring.c", RECORD},
+    /* optimizers, checkpoints, gradient checks, token datasets (their batches are
+       rg_input's uploads) */
+    {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN}, {"data.c", TRAIN},
     /* rg_open and rg_close */
     {"context.c", CONTEXT},
 };

@@ -201,11 +201,13 @@ enum {
   O_SILU, O_SIGMOID, O_TANH, O_CLAMP, O_SUM, O_MEAN, O_MAX, O_SOFTMAX, O_LOG_SOFTMAX,
   O_MATMUL, O_LINEAR, O_LINEAR_ACT, O_LAYERNORM, O_RMSNORM, O_EMBEDDING, O_ATTENTION, O_CE,
   O_CE_IGNORE, O_MSE, O_RESHAPE, O_TRANSPOSE, O_PERMUTE, O_SLICE, O_CONCAT, O_DROPOUT,
-  O_ATTENTION_QKV, O_ATTENTION_SPLIT, O_CAST, O_ADD_SCALED, O_ADD_LAYERNORM, O_GELU_MLP
+  O_ATTENTION_QKV, O_ATTENTION_SPLIT, O_CAST, O_ADD_SCALED, O_ADD_LAYERNORM, O_GELU_MLP,
+  O_ATTENTION_MASK
 };
 
-/* One recorded call: operands p[] (parameters, or RG_NONE), baked scalars, and an I32
-   operand uploaded afresh on every call (rg_gradcheck resets the pass pool per eval).
+/* One recorded call: operands p[] (parameters, or RG_NONE), baked scalars, and an I32 and
+   an F32 operand (a constant: no gradient) uploaded afresh on every call (rg_gradcheck
+   resets the pass pool per eval).
    retain: the loss is kept with rg_retain_grad, so its gradient's seed is a FILL node. */
 typedef struct opcall {
   int op, retain;
@@ -217,6 +219,9 @@ typedef struct opcall {
   const int32_t *ix;
   int ix_nd;
   int64_t ix_dims[RG_MAX_DIMS];
+  const float *fx;
+  int fx_nd;
+  int64_t fx_dims[RG_MAX_DIMS];
 } opcall;
 
 /* What rg_attention_qkv(qkv, heads, causal) replaces: the heads split out of qkv
@@ -231,8 +236,9 @@ static rg_tensor attention_split(rg_ctx *ctx, rg_tensor qkv, int64_t H, int caus
 }
 
 static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
-  rg_tensor a = c->p[0], b = c->p[1], d = c->p[2], ix = RG_NONE;
+  rg_tensor a = c->p[0], b = c->p[1], d = c->p[2], ix = RG_NONE, fx = RG_NONE;
   if (c->ix) ix = input_i32(ctx, c->ix_nd, c->ix_dims, c->ix);
+  if (c->fx) fx = input(ctx, c->fx_nd, c->fx_dims, c->fx);
   switch (c->op) {
   case O_ADD: return rg_add(ctx, a, b);
   case O_SUB: return rg_sub(ctx, a, b);
@@ -262,6 +268,7 @@ static rg_tensor apply(rg_ctx *ctx, const opcall *c) {
   case O_RMSNORM: return rg_rmsnorm(ctx, a, b, c->f[0]);
   case O_EMBEDDING: return rg_embedding(ctx, a, ix);
   case O_ATTENTION: return rg_attention(ctx, a, b, d, c->i[0]);
+  case O_ATTENTION_MASK: return rg_attention_mask(ctx, a, b, d, c->i[0], ix, fx);
   case O_ATTENTION_QKV: return rg_attention_qkv(ctx, a, c->i[1], c->i[0]);
   case O_ATTENTION_SPLIT: return attention_split(ctx, a, c->i[1], c->i[0]);
   case O_CE: return rg_cross_entropy(ctx, a, ix);
@@ -1533,21 +1540,34 @@ static void t_embedding(void) {
    attention
    ====================================================================================== */
 
-static void ref_attention(const float *q, const float *k, const float *v, int64_t BH,
-                          int64_t T, int64_t S, int64_t D, int causal, double *out) {
+/* The masks of rg_attention_mask, for the reference: key padding [B,S] (or NULL) and a
+   bias of nd axes dims (or NULL), broadcast to [B,H,T,S] as bidx does. */
+typedef struct ref_masks {
+  const int32_t *kp;
+  const float *bias;
+  int nd;
+  const int64_t *dims;
+} ref_masks;
+
+static void ref_attention_mask(const float *q, const float *k, const float *v, int64_t BH,
+                               int64_t H, int64_t T, int64_t S, int64_t D, int causal,
+                               ref_masks mk, double *out) {
   double sc[64];
   for (int64_t bh = 0; bh < BH; bh++)
     for (int64_t t = 0; t < T; t++) {
       const float *qr = q + (bh * T + t) * D;
       double m = -INFINITY, den = 0;
       for (int64_t s = 0; s < S; s++) {
-        if (causal && s > t) {
+        if ((causal && s > t) || (mk.kp && mk.kp[bh / H * S + s])) {
           sc[s] = -INFINITY;
           continue;
         }
         double d = 0;
         for (int64_t j = 0; j < D; j++) d += (double)qr[j] * k[(bh * S + s) * D + j];
         sc[s] = d / sqrt((double)D);
+        if (mk.bias)
+          sc[s] += mk.bias[bidx(((bh * T) + t) * S + s, 4, (int64_t[]){BH / H, H, T, S},
+                                mk.nd, mk.dims)];
         m = fmax(m, sc[s]);
       }
       for (int64_t s = 0; s < S; s++) den += sc[s] == -INFINITY ? 0 : exp(sc[s] - m);
@@ -1555,16 +1575,28 @@ static void ref_attention(const float *q, const float *k, const float *v, int64_
         double o = 0;
         for (int64_t s = 0; s < S; s++)
           if (sc[s] != -INFINITY) o += exp(sc[s] - m) / den * v[(bh * S + s) * D + j];
-        out[(bh * T + t) * D + j] = o;
+        out[(bh * T + t) * D + j] = o; /* 0 for a row that sees no key */
       }
     }
 }
 
-static void attention_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int causal,
-                           int grad) {
-  char what[128];
-  snprintf(what, sizeof what, "rg_attention B%lld H%lld T%lld S%lld D%lld %s", (long long)B,
-           (long long)H, (long long)T, (long long)S, (long long)D, causal ? "causal" : "full");
+static void ref_attention(const float *q, const float *k, const float *v, int64_t BH,
+                          int64_t T, int64_t S, int64_t D, int causal, double *out) {
+  ref_attention_mask(q, k, v, BH, 1, T, S, D, causal, (ref_masks){0}, out);
+}
+
+/* rg_attention_mask (rg_attention without masks): against the reference with its masks,
+   then by finite differences (the masks are constants; q, k and v get gradients). kp [B,S]
+   or NULL; bias of bnd axes bd (bnd = 0: none). */
+static void attention_mask_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D,
+                                int causal, const int32_t *kp, const float *bias, int bnd,
+                                const int64_t *bd, int grad) {
+  char what[160], sb[64];
+  int masked = kp || bnd;
+  snprintf(what, sizeof what, "rg_attention%s B%lld H%lld T%lld S%lld D%lld %s%s%s%s",
+           masked ? "_mask" : "", (long long)B, (long long)H, (long long)T, (long long)S,
+           (long long)D, causal ? "causal" : "full", kp ? ", padded" : "",
+           masked ? ", bias " : "", masked ? (bnd ? shp(sb, bnd, bd) : "none") : "");
   int64_t nq = B * H * T * D, nk = B * H * S * D;
   float *q = malloc(sizeof(float) * (size_t)(nq + 1)),
         *k = malloc(sizeof(float) * (size_t)(nk + 1)),
@@ -1573,10 +1605,12 @@ static void attention_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
   fill(q, nq, -1.5, 1.5);
   fill(k, nk, -1.5, 1.5);
   fill(v, nk, -1, 1);
-  ref_attention(q, k, v, B * H, T, S, D, causal, want);
+  ref_attention_mask(q, k, v, B * H, H, T, S, D, causal, (ref_masks){kp, bias, bnd, bd}, want);
   rg_ctx *ctx = open_ctx();
   if (ctx) {
-    opcall c = {.op = O_ATTENTION, .i = {causal}};
+    opcall c = {.op = masked ? O_ATTENTION_MASK : O_ATTENTION, .i = {causal}, .ix = kp,
+                .ix_nd = 2, .ix_dims = {B, S}, .fx = bnd ? bias : NULL, .fx_nd = bnd};
+    if (bnd) memcpy(c.fx_dims, bd, sizeof(int64_t) * (size_t)bnd);
     c.p[0] = param(ctx, 4, (int64_t[]){B, H, T, D}, q);
     c.p[1] = param(ctx, 4, (int64_t[]){B, H, S, D}, k);
     c.p[2] = param(ctx, 4, (int64_t[]){B, H, S, D}, v);
@@ -1590,6 +1624,11 @@ static void attention_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
   free(k);
   free(v);
   free(want);
+}
+
+static void attention_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int causal,
+                           int grad) {
+  attention_mask_case(B, H, T, S, D, causal, NULL, NULL, 0, NULL, grad);
 }
 
 static void t_attention(void) {
@@ -1616,6 +1655,149 @@ static void t_attention(void) {
   expect_misuse(ctx, rg_attention(ctx, q, k2, v2, 0), "rg_attention", "k and v differ");
   expect_misuse(ctx, rg_attention(ctx, param(ctx, 3, (int64_t[]){2, 3, 4}, NULL), k2, k2, 1),
                 "rg_attention", "3-D q");
+  close_ctx(ctx);
+}
+
+/* n bias values in [-1, 1], every step-th (from 0) -inf when step > 0; the caller frees. */
+static float *rand_bias(int64_t n, int step) {
+  float *b = malloc(sizeof(float) * (size_t)(n + 1));
+  fill(b, n, -1, 1);
+  for (int64_t i = 0; step > 0 && i < n; i += step) b[i] = -INFINITY;
+  return b;
+}
+
+/* Keys keep[0..2] of batch b of x [B,H,S,D], as a [1,H,3,D] tensor. */
+static rg_tensor keep3(rg_ctx *ctx, rg_tensor x, int64_t b, const int *keep) {
+  rg_tensor xb = rg_slice(ctx, x, 0, b, 1), y = rg_slice(ctx, xb, 2, keep[0], 1);
+  for (int i = 1; i < 3; i++) y = rg_concat(ctx, y, rg_slice(ctx, xb, 2, keep[i], 1), 2);
+  return y;
+}
+
+/* Key padding is removal: rg_attention_mask with keys padded gives the bits rg_attention
+   gives on the keys that are left (per batch: slices and concats of the same values), and
+   so do the gradients of q, k and v (zero at the padded keys). Then a batch whose every
+   key is padded: its output and its q's gradient are exactly 0. */
+static void attention_pad_removed(void) {
+  enum { B = 2, H = 2, T = 3, S = 5, D = 4 };
+  static const int32_t kp[B * S] = {0, 1, 0, 1, 0, 1, 0, 0, 0, 1};
+  static const int keep[B][3] = {{0, 2, 4}, {1, 2, 3}};
+  float q[B * H * T * D], k[B * H * S * D], v[B * H * S * D];
+  fill(q, B * H * T * D, -1.5, 1.5);
+  fill(k, B * H * S * D, -1.5, 1.5);
+  fill(v, B * H * S * D, -1, 1);
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  rg_tensor p[3] = {param(ctx, 4, (int64_t[]){B, H, T, D}, q),
+                    param(ctx, 4, (int64_t[]){B, H, S, D}, k),
+                    param(ctx, 4, (int64_t[]){B, H, S, D}, v)};
+  int64_t n[3] = {B * H * T * D, B * H * S * D, B * H * S * D};
+  static float y[2][B * H * T * D], g[2][3][B * H * S * D];
+  for (int way = 0; way < 2; way++) {
+    rg_step_begin(ctx);
+    rg_zero_grad(ctx);
+    rg_tensor o;
+    if (way == 0) {
+      o = rg_attention_mask(ctx, p[0], p[1], p[2], 0,
+                            input_i32(ctx, 2, (int64_t[]){B, S}, kp), RG_NONE);
+    } else {
+      o = RG_NONE;
+      for (int64_t b = 0; b < B; b++) {
+        rg_tensor ob = rg_attention(ctx, rg_slice(ctx, p[0], 0, b, 1), keep3(ctx, p[1], b, keep[b]),
+                                    keep3(ctx, p[2], b, keep[b]), 0);
+        o = b ? rg_concat(ctx, o, ob, 0) : ob;
+      }
+    }
+    float w[B * H * T * D];
+    for (int i = 0; i < B * H * T * D; i++) w[i] = weight((uint64_t)i);
+    rg_tensor loss = rg_sum(ctx, rg_mul(ctx, o, input(ctx, 4, (int64_t[]){B, H, T, D}, w)),
+                            RG_ALL_AXES, 0);
+    CHECK_ST(ctx, rg_backward(ctx, loss), RG_OK);
+    readf(ctx, o, y[way], B * H * T * D, "padding as removal: output");
+    for (int j = 0; j < 3; j++) readf(ctx, rg_grad(ctx, p[j]), g[way][j], n[j], "gradient");
+  }
+  check_exact("padding as removal: output", y[0], y[1], B * H * T * D);
+  check_exact("padding as removal: dq", g[0][0], g[1][0], n[0]);
+  check_exact("padding as removal: dk", g[0][1], g[1][1], n[1]);
+  check_exact("padding as removal: dv", g[0][2], g[1][2], n[2]);
+  /* batch 1 fully padded, batch 0 not at all */
+  static const int32_t all[B * S] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+  rg_step_begin(ctx);
+  rg_zero_grad(ctx);
+  rg_tensor o = rg_attention_mask(ctx, p[0], p[1], p[2], 1,
+                                  input_i32(ctx, 2, (int64_t[]){B, S}, all), RG_NONE);
+  CHECK_ST(ctx, rg_backward(ctx, rg_sum(ctx, o, RG_ALL_AXES, 0)), RG_OK);
+  readf(ctx, o, y[0], B * H * T * D, "fully padded: output");
+  readf(ctx, rg_grad(ctx, p[0]), g[0][0], n[0], "fully padded: dq");
+  readf(ctx, rg_grad(ctx, p[1]), g[0][1], n[1], "fully padded: dk");
+  int64_t half = H * T * D, zeros = 0, finite = 1;
+  for (int64_t i = 0; i < half; i++) zeros += y[0][half + i] == 0 && g[0][0][half + i] == 0;
+  for (int64_t i = 0; i < n[0]; i++) finite &= isfinite(y[0][i]) && isfinite(g[0][0][i]);
+  for (int64_t i = 0; i < H * S * D; i++) zeros += g[0][1][H * S * D + i] == 0;
+  CHECK(zeros == half + H * S * D && finite, "fully padded batch: %lld of %lld outputs, dq and "
+        "dk entries are 0 (finite: %lld)", (long long)zeros, (long long)(half + H * S * D),
+        (long long)finite);
+  close_ctx(ctx);
+}
+
+static void t_attention_mask(void) {
+  static const int32_t kp25[10] = {0, 1, 0, 0, 1, 1, 0, 0, 0, 0}; /* [2,5] */
+  static const int32_t kp24[8] = {0, 0, 1, 0, 0, 1, 0, 0};        /* [2,4] */
+  for (int causal = 0; causal <= 1; causal++) {
+    attention_mask_case(2, 2, 3, 5, 4, causal, kp25, NULL, 0, NULL, 1);  /* padding */
+    attention_mask_case(2, 1, 4, 4, 3, causal, kp24, NULL, 0, NULL, 1);
+  }
+  int64_t ts[2] = {3, 5}, b1ts[4] = {2, 1, 3, 5}, bhts[4] = {2, 2, 3, 5}, s1[1] = {5},
+          b11s[4] = {2, 1, 1, 5}, h1s[3] = {2, 1, 5};
+  float *b = rand_bias(15, 0);
+  attention_mask_case(2, 2, 3, 5, 4, 0, NULL, b, 2, ts, 1);            /* [T,S] */
+  free(b);
+  b = rand_bias(30, 0);
+  attention_mask_case(2, 2, 3, 5, 4, 1, NULL, b, 4, b1ts, 1);          /* [B,1,T,S] */
+  free(b);
+  b = rand_bias(60, 7);
+  attention_mask_case(2, 2, 3, 5, 4, 0, NULL, b, 4, bhts, 1);          /* [B,H,T,S], -inf */
+  free(b);
+  b = rand_bias(5, 0);
+  attention_mask_case(2, 2, 3, 5, 4, 0, NULL, b, 1, s1, 0);            /* [S] */
+  free(b);
+  b = rand_bias(10, 3);
+  attention_mask_case(2, 2, 3, 5, 4, 1, NULL, b, 4, b11s, 0);          /* [B,1,1,S] */
+  attention_mask_case(2, 2, 3, 5, 4, 0, kp25, b, 4, b11s, 1);          /* both masks */
+  free(b);
+  b = rand_bias(10, 4);
+  attention_mask_case(2, 2, 3, 5, 4, 1, kp25, b, 3, h1s, 1);           /* [H,1,S] */
+  free(b);
+  /* every key of a row masked: row (b 0, h 1, t 1) by a bias of -inf, batch 1's rows 0
+     and 1 by padding with causal (its keys 0 and 1 padded), so they see no key */
+  static const int32_t kp01[10] = {0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+  b = rand_bias(60, 0);
+  for (int s = 0; s < 5; s++) b[((0 * 2 + 1) * 3 + 1) * 5 + s] = -INFINITY;
+  attention_mask_case(2, 2, 3, 5, 4, 1, kp01, b, 4, bhts, 1);
+  free(b);
+  b = rand_bias(5, 0);
+  attention_mask_case(1, 2, 0, 5, 2, 0, kp25, b, 1, s1, 1);            /* no queries */
+  free(b);
+  attention_pad_removed();
+  rg_ctx *ctx = open_ctx();
+  if (!ctx) return;
+  rg_tensor q = param(ctx, 4, (int64_t[]){2, 2, 3, 4}, NULL),
+            k = param(ctx, 4, (int64_t[]){2, 2, 5, 4}, NULL);
+  int32_t z[12] = {0};
+  float f[32] = {0};
+  expect_misuse(ctx, rg_attention_mask(ctx, q, k, k, 0, input(ctx, 2, (int64_t[]){2, 5}, f),
+                                       RG_NONE), "rg_attention_mask", "F32 key padding");
+  expect_misuse(ctx, rg_attention_mask(ctx, q, k, k, 0,
+                                       input_i32(ctx, 2, (int64_t[]){2, 6}, z), RG_NONE),
+                "rg_attention_mask", "key padding [2,6] for S 5");
+  expect_misuse(ctx, rg_attention_mask(ctx, q, k, k, 0, RG_NONE,
+                                       input(ctx, 2, (int64_t[]){3, 4}, f)),
+                "rg_attention_mask", "bias [3,4] for [2,2,3,5]");
+  expect_misuse(ctx, rg_attention_mask(ctx, q, k, k, 0, RG_NONE,
+                                       input_i32(ctx, 2, (int64_t[]){3, 4}, z)),
+                "rg_attention_mask", "I32 bias");
+  expect_misuse(ctx, rg_attention_mask(ctx, q, k, k, 0, RG_NONE,
+                                       param(ctx, 2, (int64_t[]){3, 5}, NULL)),
+                "rg_attention_mask", "bias that requires a gradient");
   close_ctx(ctx);
 }
 
@@ -2788,6 +2970,7 @@ static const test_case tests[] = {
     {"rg_rmsnorm", t_rmsnorm, RG_COVERS(RG_OP_RMSNORM, RG_OP_RMSNORM_BWD)},
     {"rg_embedding", t_embedding, RG_COVERS(RG_OP_EMBEDDING, RG_OP_EMBEDDING_BWD)},
     {"rg_attention", t_attention, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
+    {"rg_attention_mask", t_attention_mask, RG_COVERS(RG_OP_ATTENTION, RG_OP_ATTENTION_BWD)},
     {"rg_attention_qkv", t_attention_qkv,
      RG_COVERS(RG_OP_ATTENTION_QKV, RG_OP_ATTENTION_QKV_BWD)},
     {"rg_cross_entropy", t_cross_entropy,

@@ -11,6 +11,9 @@
  *    count (tests/test_cli.c checks the files' side in depth);
  *  - --plot writes a complete SVG with both curves, axis titles and a legend;
  *  - --text trains, samples, saves, and a text checkpoint samples again without the file;
+ *  - --tokens (a text file read as raw bytes): resume is exact as above, and 2 ranks of
+ *    --batch 8 give the held-out loss of one rank of --batch 16 within 1e-3 (each rank
+ *    takes its share of the step's rows from rg_data);
  *  - --distributed under resgrad-run: one rank gives the plain run's losses bit for bit;
  *    2 ranks of --batch 8 give the held-out loss of one rank of --batch 16 within a
  *    relative 1e-3 after 30 steps (they see the same rows), one summary, rank 0's
@@ -127,6 +130,14 @@ static void test_resume_exact(result *r) {
   line_after(r->out, "held-out loss ", full_ho, sizeof full_ho);
   CHECK(strstr(full_loss, "at step 40") != NULL, "no final loss at step 40 in:\n%s", r->out);
 
+  /* each block an activation checkpoint region: the same run bit for bit */
+  run(r, TINY " --steps 40 --checkpoint-activations");
+  CHECK(r->code == 0, "--checkpoint-activations exited %d: %s", r->code, r->err);
+  CHECK(!strcmp(line_after(r->out, "final loss ", got, sizeof got), full_loss),
+        "--checkpoint-activations: final loss '%s' != '%s' without", got, full_loss);
+  CHECK(!strcmp(line_after(r->out, "held-out loss ", got_ho, sizeof got_ho), full_ho),
+        "--checkpoint-activations: held-out loss '%s' != '%s' without", got_ho, full_ho);
+
   run(r, TINY " --steps 40 --stop-at 20 --save half.st");
   CHECK(r->code == 0, "the first half exited %d: %s", r->code, r->err);
   CHECK(strstr(r->out, "at step 20") != NULL, "the first half did not stop at 20:\n%s", r->out);
@@ -189,6 +200,42 @@ static void test_text(result *r) {
   expect_error(2, "short.txt", "--text short.txt");
 }
 
+/* Token files: 30 steps at once against 15 + --resume 15, bit for bit; ranks' shares. */
+static void test_tokens(result *r) {
+  char full[128], full_ho[128], got[128];
+  const char *tok = TINY " --tokens tiny.txt --val-tokens short.txt --vocab 256 --block 4 "
+                    "--steps 30";
+  run(r, "%s", tok);
+  CHECK(r->code == 0 && strstr(r->out, ": tokens, GPT") && strstr(r->out, "--val-tokens"),
+        "--tokens run exited %d: %s%s", r->code, r->out, r->err);
+  line_after(r->out, "final loss ", full, sizeof full);
+  line_after(r->out, "held-out loss ", full_ho, sizeof full_ho);
+  run(r, "%s --stop-at 15 --save tok.st", tok);
+  CHECK(r->code == 0, "--tokens --stop-at 15 exited %d: %s", r->code, r->err);
+  run(r, "--resume tok.st --tokens tiny.txt --val-tokens short.txt");
+  CHECK(r->code == 0 && strstr(r->out, "trained steps 15..30"), "resuming tok.st exited %d: "
+        "%s%s", r->code, r->out, r->err);
+  CHECK(!strcmp(line_after(r->out, "final loss ", got, sizeof got), full),
+        "--tokens resumed final loss '%s' != uninterrupted '%s'", got, full);
+  CHECK(!strcmp(line_after(r->out, "held-out loss ", got, sizeof got), full_ho),
+        "--tokens resumed held-out loss '%s' != uninterrupted '%s'", got, full_ho);
+  expect_error(2, "--resume", "--resume tok.st --steps 40"); /* training on needs the file */
+
+  char path[4100];
+  snprintf(path, sizeof path, "%.*s/resgrad-run", (int)(strrchr(prog, '/') - prog), prog);
+  if (access(path, X_OK)) return;
+  run(r, "--device cpu %s --batch 16", tok);
+  line_after(r->out, "held-out loss ", full_ho, sizeof full_ho);
+  snprintf(launcher, sizeof launcher, "'%s' -n 2 -- ", path);
+  run(r, "--distributed --device cpu %s --batch 8", tok);
+  launcher[0] = 0;
+  line_after(r->out, "held-out loss ", got, sizeof got);
+  double a = atof(full_ho), b = atof(got);
+  CHECK(r->code == 0 && a > 0 && fabs(a - b) <= 1e-3 * a, "--tokens, 2 ranks of batch 8: "
+        "exit %d, held-out loss '%s'; one rank of batch 16: '%s': %s", r->code, got, full_ho,
+        r->err);
+}
+
 static int count_of(const char *s, const char *needle) {
   int n = 0;
   for (; (s = strstr(s, needle)); s++) n++;
@@ -244,6 +291,7 @@ int main(int argc, char **argv) {
   test_usage_errors();
   test_resume_exact(r);
   test_text(r);
+  test_tokens(r);
   test_wrong_model();
   test_plot(r);
   test_distributed(r);

@@ -22,8 +22,9 @@ import contextlib as _contextlib
 from . import _resgrad
 from ._helpers import dtype
 from ._resgrad import (ALL_AXES, OP_TABLE, OPS, DeviceError, DrainFailedError, Error,
-                       InputOutputError, NonFiniteError, OutOfMemoryError, StaleHandleError,
-                       Tensor, UnsupportedError, UsageError, from_dlpack, version)
+                       InputOutputError, NonFiniteError, OutOfMemoryError, Ring,
+                       StaleHandleError, Tensor, UnsupportedError, UsageError, from_dlpack,
+                       version)
 
 float32 = dtype.float32
 bfloat16 = dtype.bfloat16
@@ -63,4 +64,4 @@ def load(ctx, path, optim=None):
     ctx.load(path, optim)
 
 
-from . import nn, optim  # noqa: E402  (they use the names above)
+from . import data, nn, optim  # noqa: E402  (they use the names above)

@@ -54,7 +54,7 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
                           "check", "max_queued", "quiet", "trace", "tf32", "bf16",
                           "check_finite", "no_cudnn", "gemm_tune", "dry_run",
                           "nonfinite_checkpoints", "max_pass_nodes", NULL};
-  PyObject *device = NULL;
+  PyObject *device = NULL, *trace = NULL, *trace_path = NULL;
   unsigned long long seed = 0;
   Py_ssize_t pass_budget = 0, persistent_budget = 0, max_queued = 0, max_pass_nodes = 0;
   rg_options o = {0};
@@ -62,13 +62,21 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(rgpy_Error, "the context is already open");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$Kinnpnppppppippn", names, &device, &seed,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$KinnpnpOpppppippn", names, &device, &seed,
                                    &o.threads, &pass_budget, &persistent_budget, &o.check,
-                                   &max_queued, &o.quiet, &o.trace, &o.tf32, &o.bf16,
+                                   &max_queued, &o.quiet, &trace, &o.tf32, &o.bf16,
                                    &o.check_finite, &o.no_cudnn, &o.gemm_tune, &o.dry_run,
                                    &o.nonfinite_checkpoints, &max_pass_nodes))
     return -1;
   if (parse_device(device, &o) < 0) return -1;
+  /* trace: True prints each drained node; a path writes a Chrome trace file there. */
+  if (trace && (PyUnicode_Check(trace) || PyBytes_Check(trace) ||
+                PyObject_HasAttrString(trace, "__fspath__"))) {
+    if (!PyUnicode_FSConverter(trace, &trace_path)) return -1;
+    o.trace_path = PyBytes_AsString(trace_path);
+  } else if (trace && (o.trace = PyObject_IsTrue(trace)) < 0) {
+    return -1;
+  }
   if (pass_budget < 0 || persistent_budget < 0 || max_queued < 0 || max_pass_nodes < 0) {
     PyErr_SetString(PyExc_ValueError, "budgets and limits are byte or node counts >= 0");
     return -1;
@@ -84,11 +92,13 @@ static int context_init(PyObject *self, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS
   st = rg_open(&ctx, &o);
   Py_END_ALLOW_THREADS
+  Py_XDECREF(trace_path);
   if (st != RG_OK) {
     rgpy_raise_status(st, st == RG_ERR_UNSUPPORTED
                               ? "rg_open: this device is not available in this build or on "
                                 "this machine (device='cpu' always is)"
-                              : "rg_open failed");
+                          : st == RG_ERR_IO ? "rg_open: the trace file cannot be written"
+                                            : "rg_open failed");
     return -1;
   }
   co->ctx = ctx;
@@ -128,7 +138,6 @@ static PyObject *context_close(PyObject *self, PyObject *unused) {
 
 static void context_dealloc(PyObject *self) {
   RgContext *co = (RgContext *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   if (co->ctx) {
     rg_ctx *c = co->ctx;
     co->ctx = NULL;
@@ -137,8 +146,7 @@ static void context_dealloc(PyObject *self) {
     Py_END_ALLOW_THREADS
   }
   Py_XDECREF(co->consts);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, NULL);
 }
 
 static PyObject *context_enter(PyObject *self, PyObject *unused) {
@@ -238,6 +246,13 @@ static PyObject *make_tensor(PyObject *self, PyObject *args, PyObject *kw, int p
   PyObject *data, *dtype = NULL;
   RgContext *co = usable(self);
   if (!co || !PyArg_ParseTupleAndKeywords(args, kw, "O|O", names, &data, &dtype)) return NULL;
+  if (PyObject_TypeCheck(data, rgpy_Tensor) && !persistent && (!dtype || dtype == Py_None)) {
+    if (((RgTensor *)data)->co != co)
+      return PyErr_Format(rgpy_Error, "tensor: the tensor belongs to another context; copy it "
+                                      "through the host with ctx.tensor(t.numpy())");
+    Py_INCREF(data); /* already a tensor of this context: no copy, no upload */
+    return data;
+  }
   return rgpy_from_host(co, data, dtype == Py_None ? NULL : dtype, persistent);
 }
 
@@ -308,6 +323,57 @@ static PyObject *context_backward(PyObject *self, PyObject *loss) {
   rg_tensor t;
   if (!co || rgpy_tensor_arg(co, loss, "loss", 0, &t) < 0) return NULL;
   return status_or_raise(co, rg_backward(co->ctx, t));
+}
+
+static PyObject *context_ckpt_begin(PyObject *self, PyObject *unused) {
+  (void)unused;
+  RgContext *co = usable(self);
+  return co ? status_or_raise(co, rg_checkpoint_begin(co->ctx)) : NULL;
+}
+
+static PyObject *context_ckpt_end(PyObject *self, PyObject *args) {
+  PyObject *out = Py_None;
+  RgContext *co = usable(self);
+  rg_tensor t;
+  if (!co || !PyArg_ParseTuple(args, "|O", &out) ||
+      rgpy_tensor_arg(co, out, "out", 1, &t) < 0)
+    return NULL;
+  if (rg_checkpoint_end(co->ctx, t) != RG_OK) return rgpy_raise(co);
+  Py_INCREF(out);
+  return out;
+}
+
+/* checkpoint(fn, *args, **kw): fn's result as the output of a region around fn; a region
+   whose fn raises (or returns no Tensor) is closed giving nothing back. */
+static PyObject *context_ckpt(PyObject *self, PyObject *args, PyObject *kw) {
+  RgContext *co = usable(self);
+  Py_ssize_t n = PyTuple_Size(args);
+  if (!co) return NULL;
+  if (n < 1) {
+    PyErr_SetString(PyExc_TypeError, "checkpoint(fn, *args, **kwargs) needs fn");
+    return NULL;
+  }
+  PyObject *rest = PyTuple_GetSlice(args, 1, n);
+  if (!rest) return NULL;
+  if (rg_checkpoint_begin(co->ctx) != RG_OK) {
+    Py_DECREF(rest);
+    return rgpy_raise(co);
+  }
+  PyObject *r = PyObject_Call(PyTuple_GetItem(args, 0), rest, kw);
+  Py_DECREF(rest);
+  rg_tensor t = RG_NONE;
+  if (r && (Py_TYPE(r) != rgpy_Tensor || rgpy_tensor_arg(co, r, "fn's result", 0, &t) < 0)) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "checkpoint: fn must return a Tensor (the region's "
+                      "output)");
+    Py_CLEAR(r);
+  }
+  rg_status st = rg_checkpoint_end(co->ctx, t);
+  if (r && st != RG_OK) {
+    Py_DECREF(r);
+    return rgpy_raise(co);
+  }
+  return r;
 }
 
 static PyObject *context_clip_norm(PyObject *self, PyObject *arg) {
@@ -618,6 +684,18 @@ static PyMethodDef methods[] = {
   {"zero_grad", context_zero_grad, METH_NOARGS,
    "zero_grad()\n--\n\nRecords the zeroing of every parameter gradient."},
   {"backward", context_backward, METH_O, "backward(loss)\n--\n\nloss.backward()."},
+  {"checkpoint", FN(context_ckpt), KW,
+   "checkpoint(fn, *args, **kwargs)\n--\n\nfn(*args, **kwargs) as an activation "
+   "checkpoint region: its Tensor result survives the region, the other tensors fn makes "
+   "go back to the pass pool and backward recomputes them (the same gradients bit for "
+   "bit, less memory, more compute). Returns fn's result. rg_checkpoint_begin/end."},
+  {"checkpoint_begin", context_ckpt_begin, METH_NOARGS,
+   "checkpoint_begin()\n--\n\nOpens an activation checkpoint region "
+   "(rg_checkpoint_begin); checkpoint_end(out) closes it."},
+  {"checkpoint_end", context_ckpt_end, METH_VARARGS,
+   "checkpoint_end(out=None)\n--\n\nCloses the open region (rg_checkpoint_end): out "
+   "survives it, the region's other tensors are recomputed by backward; None gives "
+   "nothing back. Returns out."},
   {"clip_grad_norm", context_clip_norm, METH_O,
    "clip_grad_norm(max_norm)\n--\n\nRecords scaling every gradient so their total L2 norm is "
    "at most max_norm (rg_clip_grad_norm); no host read."},
@@ -677,7 +755,8 @@ int rgpy_init_context(PyObject *m) {
                 "tf32=False, bf16=False, check_finite=False, no_cudnn=False, gemm_tune=0, "
                 "dry_run=False, nonfinite_checkpoints=False, max_pass_nodes=0)\n--\n\n"
                 "One device with its pools, queue and counters (rg_open; the options are "
-                "rg_options'). 'with' closes it."},
+                "rg_options'; trace: True prints each drained node, a path writes a Chrome "
+                "trace-event file there, docs/trace.md). 'with' closes it."},
     {0, NULL}};
   PyType_Spec spec = {"resgrad._resgrad.Context", sizeof(RgContext), 0,
                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};

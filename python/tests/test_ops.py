@@ -49,8 +49,12 @@ def layernorm(x, g, b, eps=1e-5):
     return (x - m) / np.sqrt(v + eps) * g + b
 
 
-def attention(q, k, v, causal):
+def attention(q, k, v, causal, key_padding=None, bias=None):
     s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias
+    if key_padding is not None:
+        s = np.where(key_padding[:, None, None, :] != 0, -np.inf, s)
     if causal:
         t, n = s.shape[-2:]
         s = np.where(np.arange(n)[None, :] > np.arange(t)[:, None], -np.inf, s)
@@ -135,6 +139,10 @@ CASES = {
                       lambda t, i: t[i]),
     "attention": case(lambda r: [P(n(r, 1, 2, 3, 4)), P(n(r, 1, 2, 3, 4)),
                                  P(n(r, 1, 2, 3, 4)), True], attention, tol=1e-4),
+    "attention_mask": case(lambda r: [P(n(r, 2, 2, 3, 4)), P(n(r, 2, 2, 3, 4)),
+                                      P(n(r, 2, 2, 3, 4)), False,
+                                      C(np.array([[0, 0, 1], [0, 1, 0]], np.int32)),
+                                      C(n(r, 3, 3))], attention, tol=1e-4),
     "attention_qkv": case(lambda r: [P(n(r, 2, 3, 12)), 2, True], attention_qkv,
                           tol=1e-4),
     "cross_entropy": case(lambda r: [P(n(r, 4, 5)), C(np.array([0, 4, 2, 2]))], xent,
@@ -163,6 +171,9 @@ NON_OP_CALLS = {
     "rg_clip_grad_norm": "test_train.py",
     "rg_clip_grad_value": "test_train.py",
     "rg_optim_step": "test_train.py",
+    "rg_ring_push": "test_ring.py (resgrad.Ring)",
+    "rg_ring_gather": "test_ring.py (resgrad.Ring)",
+    "rg_ring_sample": "test_ring.py (resgrad.Ring)",
 }
 
 

@@ -69,6 +69,30 @@ def test_operators(ctx, rng):
         a + "x"
 
 
+def test_indexing(ctx):
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = ctx.tensor(a)
+    for k in [0, -1, (1, 2), (slice(None), 1), (0, slice(1, 3)), slice(0, 1), (1, 2, 3),
+              (slice(None), slice(None), 2)]:
+        np.testing.assert_array_equal(t[k].numpy(), a[k])
+    with pytest.raises(IndexError):
+        t[2]
+    with pytest.raises(IndexError):
+        t[::2]
+    with pytest.raises(IndexError):
+        t[0, 0, 0, 0]
+    w = ctx.param("w", (3,), init=np.array([1.0, 2.0, 3.0]))
+    (w[1:] * 2).sum().backward()  # gradients flow through indexing
+    np.testing.assert_array_equal(w.grad.numpy(), [0, 2, 2])
+
+
+def test_no_truth_value(ctx):
+    with pytest.raises(TypeError, match="barrier"):
+        bool(ctx.tensor([1.0]))
+    t = ctx.tensor([1.0])
+    assert ctx.tensor(t) is t  # already a tensor of this context: no copy
+
+
 def test_scalars_are_uploaded_once(ctx):
     x = ctx.tensor(np.ones(4, np.float32))
     (x + 3.0).numpy()
@@ -155,3 +179,19 @@ def test_metadata_and_memory(ctx):
     assert ctx.get_meta("model") == "mlp" and ctx.get_meta("nope") is None
     avail, total = ctx.memory()
     assert 0 < avail <= total
+
+
+def test_trace_file(tmp_path):
+    import json
+
+    import resgrad as rg
+    from conftest import DEVICE
+
+    path = tmp_path / "run.json"
+    with rg.Context(DEVICE, quiet=True, trace=path) as ctx:
+        x = ctx.tensor(np.ones((4, 4), np.float32))
+        float(rg.sum(rg.relu(x @ x)))
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {e.get("name") for e in events}
+    assert {"drain", "matmul", "relu", "sum", "transfer up", "transfer down"} <= names, names

@@ -30,6 +30,10 @@ static const rg_backend *choose_backend(rg_ctx *ctx) {
   return &rg_cpu_backend;
 }
 
+/* RG_TRACE's value names a file (the trace file) rather than a mode: it holds a '/' or
+   a '.', as "run.json" and "./run" do and "1" does not. */
+static bool is_path(const char *v) { return strchr(v, '/') || strchr(v, '.'); }
+
 static void free_strings(rg_ctx *ctx, char **s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) rg__free(ctx, s[i]);
 }
@@ -47,7 +51,11 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
   const char *env = getenv("RG_CHECK");
   if (env && *env == '1') ctx->opt.check = 1;
   env = getenv("RG_TRACE");
-  if (env && *env == '1') ctx->opt.trace = 1;
+  if (env && is_path(env)) ctx->opt.trace_path = env;
+  else if (env && *env == '1') ctx->opt.trace = 1;
+  else if (env && *env && *env != '0' && !ctx->opt.quiet)
+    fprintf(stderr, "resgrad: RG_TRACE=%.80s is neither 1 (print each drained node) nor a "
+            "path (a value with a '/' or a '.', e.g. run.json); ignored\n", env);
   env = getenv("RG_CHECK_FINITE");
   if (env && *env == '1') ctx->opt.check_finite = 1;
   env = getenv("RG_BF16");
@@ -79,6 +87,13 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
     ctx->be = &ctx->dry;
   }
   rg_status st = ctx->be->open(ctx);
+  const char *path = ctx->opt.trace_path;
+  ctx->opt.trace_path = NULL; /* the trace keeps its own copy */
+  if (st == RG_OK && path && *path) {
+    st = rg__trace_open(ctx, path);
+    if (st != RG_OK && !ctx->opt.quiet) /* rg_open's failure keeps no message */
+      fprintf(stderr, "resgrad: %s\n", ctx->errmsg);
+  }
   if (st != RG_OK) {
     rg_close(ctx);
     return st;
@@ -91,18 +106,23 @@ rg_status rg_close(rg_ctx *ctx) {
   if (!ctx) return RG_OK;
   rg_status st = ctx->be && ctx->be_state ? rg__drain(ctx, RG_DRAIN_CLOSE) : RG_OK;
   while (ctx->optims) rg_optim_free(ctx->optims);
+  while (ctx->datas) rg_data_free(ctx->datas);
   rg__dist_free(ctx);
   if (ctx->be && ctx->be_state) {
     for (int p = 0; p < 2; p++) rg__arena_reset(ctx, &ctx->pool[p].arena, false, true);
     rg__arena_reset(ctx, &ctx->stage, true, true);
     ctx->be->close(ctx);
   }
+  if (ctx->trace && rg__trace_close(ctx) != RG_OK && st == RG_OK) st = RG_ERR_IO;
+  rg__imports_release(ctx); /* the backend closed: nothing reads them any more */
+  rg__free(ctx, ctx->imports);
   for (int p = 0; p < 2; p++) {
     rg__free(ctx, ctx->pool[p].t);
     rg__free(ctx, ctx->pool[p].arena.chunks);
   }
   rg__free(ctx, ctx->stage.chunks);
   rg__free(ctx, ctx->nodes);
+  rg__free(ctx, ctx->regions);
   rg__free_params(ctx);
   rg__free(ctx, ctx->zero_list.ref);
   free_strings(ctx, ctx->fails, ctx->nfails);
@@ -118,7 +138,7 @@ rg_status rg_close(rg_ctx *ctx) {
 
 const char *rg_device_name(const rg_ctx *ctx) { return ctx ? ctx->devname : ""; }
 rg_device rg_device_kind(const rg_ctx *ctx) {
-  return ctx && ctx->dev == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+  return ctx ? rg__device(ctx) : RG_DEVICE_CPU;
 }
 rg_status rg_device_memory(rg_ctx *ctx, size_t *available, size_t *total) {
   if (!ctx) return RG_ERR_MISUSE;

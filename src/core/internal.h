@@ -17,13 +17,14 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
-#define RG_MAX_IN 6 /* ATTENTION_BWD: q, k, v, o, g, lse */
+#define RG_MAX_IN 8 /* ATTENTION_BWD: q, k, v, o, g, lse, key padding, bias */
 #define RG_MAX_OUT 4
 #define RG_ALIGN 256 /* every tensor starts on a 256-byte boundary (coalesced loads) */
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
-   given back to the pass pool by rg_backward (an internal gradient temporary); a
+   given back to its pool (a pass tensor's by rg_backward: an internal gradient
+   temporary; a persistent one's by rg_ring_free: its handle is stale from then on); a
    gradient whose all-reduce a backend may still be running beside the drain's other
    work (CUDA: on its communication stream; set and cleared within one drain). */
 enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
@@ -47,13 +48,25 @@ typedef struct rg_tinfo {
   uint32_t grad;  /* ref of the gradient: persistent for params, pass otherwise */
   uint32_t gref;  /* rg_backward: how many tensors hold this one as their gradient */
   uint32_t alias; /* a view (rg_reshape of a pass tensor): the tensor whose bytes it uses */
-  uint32_t pins;  /* views of this tensor: its bytes are released only when they are, too */
+  uint32_t pins;  /* views of this tensor and open exports of it or of its views: its
+                     bytes are released only when they are gone, too */
   uint32_t node;  /* producing node index + 1 in this pass generation; 0 = leaf */
   uint32_t shadow; /* a parameter: its BF16 shadow's ref, or 0 */
   uint32_t fail;  /* FAILED: index + 1 into ctx->fails */
   int32_t param;  /* index into ctx->params, or -1 */
+  uint32_t exports; /* rg_export calls on this handle not yet undone by rg_unexport */
+  uint32_t import;  /* rg_import: index + 1 into ctx->imports (its bytes are the caller's,
+                       never the arena's), or 0 */
+  uint8_t ckpt;     /* 1: made inside an activation checkpoint region that gave its bytes
+                       back at rg_checkpoint_end (recompute.c); rg__check refuses it */
+  uint32_t redo;    /* a ckpt tensor while rg_backward records its region's gradients: the
+                       ref of its recomputation, which nodes recorded then read instead
+                       (rg__commit, rg__view); 0 otherwise */
+  uint32_t ring;    /* a ring buffer (rg_ring_new): the ref of its state, a persistent
+                       I32 [4] (ops.h, RING_PUSH), or 0 */
 } rg_tinfo;
 
+typedef struct rg_trace rg_trace;
 typedef struct rg_chunk { void *p; size_t size; } rg_chunk;
 /* A free range inside one chunk (the pass pool reuses the bytes rg_backward releases). */
 typedef struct rg_range { size_t off, size; char *p; int chunk; } rg_range;
@@ -67,6 +80,9 @@ typedef struct rg_arena {
   rg_range *free;   /* released ranges, sorted by off, adjacent ones merged */
   int nfree, capfree;
 } rg_arena;
+
+/* An activation checkpoint region (recompute.c): the nodes [b, e) of this pass. */
+typedef struct rg_region { size_t b, e; } rg_region;
 
 typedef struct rg_pool_s {
   uint64_t gen;
@@ -170,6 +186,18 @@ static inline void rg__xent_bwd_args(const rg_kargs *k, rg_kargs *b) {
   b->out[1].p = b->out[2].p = NULL;
 }
 
+/* The element strides of an attention bias (ATTENTION's in[4], ops.h) over [B,H,T,S]: its
+   axes aligned from the right, stride 0 on an axis it lacks or has of size 1 (broadcast),
+   so element (b, h, t, s) is at b st[0] + h st[1] + t st[2] + s st[3]. */
+static inline void rg__attn_bias_strides(const rg_tv *bias, int64_t st[4]) {
+  int64_t step = 1;
+  for (int i = 3, j = bias->ndim - 1; i >= 0; i--, j--) {
+    int64_t n = j >= 0 ? bias->dims[j] : 1;
+    st[i] = n == 1 ? 0 : step;
+    step *= n;
+  }
+}
+
 /* A download that a drain performs after its last node, inside the same synchronisation
    (so a step that reads only its loss costs one device->host sync). done is set when the
    bytes were copied. */
@@ -214,6 +242,19 @@ typedef struct rg_backend {
   /* 1 if the device is usable here, so that RG_DEVICE_AUTO takes this backend; touches no
      context. NULL: never taken by RG_DEVICE_AUTO. */
   int (*available)(void);
+  /* Sharing memory with other libraries (share.c). import_align: the alignment in bytes
+     that memory rg_import wraps must have, so that every kernel's widest access to a
+     tensor's elements from its start is aligned (arena tensors have RG_ALIGN, more). */
+  size_t import_align;
+  /* The context's stream for rg_stream (CUDA: its cudaStream_t); NULL: none. */
+  void *(*stream)(rg_ctx *ctx);
+  /* Orders work queued on the other library's stream (NULL: the host) after everything
+     queued on the context's, without waiting where the device can order it. NULL: every
+     drain has finished its work when it returns (the CPU). */
+  rg_status (*handoff)(rg_ctx *ctx, void *stream);
+  /* Whether p is memory of the context's device, which its kernels may read; on refusal
+     writes why to msg. NULL: not checked (the CPU cannot tell). */
+  rg_status (*owns)(rg_ctx *ctx, const void *p, char *msg, size_t msgcap);
 } rg_backend;
 #define RG_DIST_ID 128 /* bytes of a group's name (NCCL's unique id) */
 
@@ -258,14 +299,28 @@ struct rg_ctx {
   rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
   int training, no_grad;
   size_t tape_end;         /* rg_backward: index of its first node (the forward's end) */
+  rg_region *regions;      /* this pass's closed checkpoint regions, in recording order */
+  uint32_t nregions, capregions;
+  bool region_open;        /* rg_checkpoint_begin was called, its end not yet */
+  size_t region_b;         /* the open region's first node */
+  uint32_t replay;         /* rg_backward: index + 1 of the region whose recomputed tensors
+                              the nodes recorded now read (their ckpt tensors' redo), or 0 */
+  uint32_t replay_slot, replay_end; /* the pass slots its recomputation made */
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
+  struct rg_data *datas;   /* open token datasets (data.c), freed by rg_close */
   struct rg_dist *dist;    /* rg_dist_init's connections (dist.c); NULL = one process */
   uint64_t saves;          /* rg_save calls: part of each temporary file's name */
   char **meta;             /* checkpoint metadata: key, value, key, value, ... */
   int nmeta, capmeta;      /* entries (pairs) */
+  uint32_t exports[2];     /* open rg_export calls per pool: while any is open, rg_step_begin
+                              and rg_reset of that pool refuse (their memory is in use) */
+  struct rg_imported *imports; /* this pass's rg_import calls, in order: whom to tell when the
+                              pass pool resets or the context closes */
+  uint32_t nimports, capimports;
   rg_stats st;
+  struct rg_trace *trace;  /* the trace file (trace.c), or NULL: off */
   /* allocation-failure injection (tests): fail the alloc_fail_at-th allocation */
   uint64_t alloc_count, alloc_fail_at;
 };
@@ -279,6 +334,46 @@ void rg__free(rg_ctx *ctx, void *p);
 char *rg__strdup(rg_ctx *ctx, const char *s);
 /* Grows *arr (element size esz) to hold at least need elements. */
 bool rg__grow(rg_ctx *ctx, void **arr, size_t esz, size_t need, size_t *cap);
+
+/* --- the trace file (trace.c; rg_options.trace_path, RG_TRACE=<path>) ---
+   ctx->trace is NULL when it is off, and every hook is behind a test of it. Events go on
+   two tracks: the host's (record, drain, capture, replay, transfers, allocations) and the
+   device's (each op's span: CPU host time of its kernel, CUDA device time of its launches;
+   or one span per replayed CUDA graph). Times are rg__trace_now's microseconds. */
+enum { RG_TRACK_HOST = 1, RG_TRACK_DEVICE = 2 };
+/* Opens path (another context's path of this process gets "-2", "-3"... before its
+   extension) and writes the file's head: RG_ERR_IO (the error set) if it cannot. */
+rg_status rg__trace_open(rg_ctx *ctx, const char *path);
+/* The last flush and the file closed: RG_ERR_IO if any write failed (the error set). */
+rg_status rg__trace_close(rg_ctx *ctx);
+double rg__trace_now(const rg_ctx *ctx);
+/* One event: ph 'X' a span [ts, ts + dur], 'i' an instant, 'C' a counter (its args are
+   the series); args is a printf format of the members of the event's "args" object
+   (strings in them must be JSON-safe), or NULL. */
+void rg__trace_event(rg_ctx *ctx, char ph, int track, const char *name, double ts, double dur,
+                     const char *args, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
+void rg__trace_op(rg_ctx *ctx, size_t k, double ts, double dur); /* node k's span, device track */
+void rg__trace_recorded(rg_ctx *ctx); /* a node was queued: the recording span starts */
+/* The drain of nodes [first, last) that began at ts ended with st (failing at node
+   failed): its recording and drain spans, the pools' counter, then a flush. */
+void rg__trace_drain(rg_ctx *ctx, rg_drain_reason why, size_t first, size_t last, double ts,
+                     rg_status st, size_t failed);
+void rg__trace_xfer(rg_ctx *ctx, bool down, rg_site site, size_t bytes);
+void rg__trace_flush(rg_ctx *ctx);
+const char *rg__drain_reason_name(rg_drain_reason why);
+
+/* The context's device (a dry run's: the one it models), as rg_device_kind says it. */
+static inline rg_device rg__device(const rg_ctx *ctx) {
+  return ctx->dev == &rg_cuda_backend ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+}
+
+/* What rg_import keeps of one import: its release callback, called once when the pass
+   pool resets or the context closes (rg__imports_release). */
+typedef struct rg_imported { void (*release)(void *user); void *user; } rg_imported;
 
 /* --- errors (error.c) --- */
 /* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
@@ -299,6 +394,15 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
 /* New tensor in a pool; 0 on error (OOM/MISUSE set). */
 uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
                  const char *call);
+/* rg__new that may place a persistent tensor in bytes rg_ring_free gave back: only for a
+   tensor whose first write is a recorded node (the queue then orders it after every
+   queued reader of the old bytes), never one written at once (rg_param, rg_constant). */
+uint32_t rg__new_reusing(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                         const int64_t *dims, const char *call);
+/* A pass tensor on bytes the caller owns (rg_import): data is its address, no arena
+   bytes, no budget, READY. Checks ndim and dims as rg__new does. 0 on error. */
+uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void *data,
+                   const char *call);
 size_t rg__dtype_size(int dt);
 const char *rg__dtype_name(int dt);
 /* The index of the first NaN or Inf among n elements of dtype at p (host memory), or -1
@@ -313,12 +417,16 @@ uint32_t rg__shadow(rg_ctx *ctx, uint32_t param);
 void rg__shadow_stale(rg_ctx *ctx, uint32_t param);
 void rg__shadows_stale(rg_ctx *ctx);
 void rg__free_params(rg_ctx *ctx); /* the names and tables of every parameter (param.c) */
-/* Counts one transfer of bytes in a total of ctx->st and in its call site's entry. */
-static inline void rg__count_xfer(rg_xfer *total, rg_xfer *site, size_t bytes) {
+/* Counts one transfer of bytes, host to device or (down) device to host, in ctx->st's
+   total and in its call site's entry, and reports it to the trace file. */
+static inline void rg__count_xfer(rg_ctx *ctx, bool down, rg_site site, size_t bytes) {
+  rg_xfer *total = down ? &ctx->st.down : &ctx->st.up;
+  rg_xfer *at = down ? &ctx->st.down_site[site] : &ctx->st.up_site[site];
   total->count++;
   total->bytes += bytes;
-  site->count++;
-  site->bytes += bytes;
+  at->count++;
+  at->bytes += bytes;
+  if (ctx->trace) rg__trace_xfer(ctx, down, site, bytes);
 }
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *out);
 
@@ -331,6 +439,11 @@ rg_shape rg__shape(rg_ctx *ctx, uint32_t ref);
 rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
                    const int64_t *iv, const float *fv, const void *aux, uint32_t *out);
 void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+/* A live operand k of call whose dtype is in the mask dtypes (bit 1 << rg_dtype; under
+   rg_options.bf16 a BF16 one passes an F32 mask too), not failed in an earlier drain;
+   else false with the error set (ops.c). */
+bool rg__operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                 uint32_t *ref);
 
 /* --- queue --- */
 rg_node *rg__record(rg_ctx *ctx, rg_op op); /* NULL on OOM; fills label, zeroes fields */
@@ -338,8 +451,20 @@ rg_status rg__commit(rg_ctx *ctx, rg_node *n); /* after ins/outs set: tape + gua
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why);
 rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb);
 void *rg__stage(rg_ctx *ctx, size_t bytes); /* host staging bytes valid for this pass */
+/* Calls the release of every import of this pass, in order, and forgets them: after a
+   drain (a reset of the pass pool, rg_close), when nothing queued reads them. */
+void rg__imports_release(rg_ctx *ctx);
 /* rg__stage holding a copy of src; in a dry run a fake address and nothing copied. */
 void *rg__stage_copy(rg_ctx *ctx, const void *src, size_t bytes);
+
+/* --- transfers (transfer.c) --- */
+/* The barrier of a read (rg_read, rg_export): drains (passing rb along), then t's info,
+   or NULL with *st set when the drain failed on the way to t (the drain's status; its
+   message is the sticky one) or t failed in an earlier drain (RG_ERR_FAILED). overwrite
+   (rg_write): a failed value is returned too. *drained (may be NULL): the drain's
+   status, also when t was returned. */
+rg_tinfo *rg__settle(rg_ctx *ctx, uint32_t ref, const char *call, rg_drain_reason why,
+                     bool overwrite, rg_status *st, rg_status *drained, rg_readback *rb);
 
 /* --- ops and autograd --- */
 typedef struct rg_opinfo {
@@ -353,6 +478,16 @@ extern const rg_opinfo rg_optab[RG_OP_COUNT];
    gradients to gin[] (refs, 0 = none). An op without a rule (not RG_F_DIFF) sets the
    error instead: RG_ERR_MISUSE, naming the op. */
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
+
+/* --- activation checkpointing (recompute.c): rg_backward's hooks --- */
+/* Before the rule of node k, which has gradients to pass on: when the rule would read a
+   tensor its region gave back, records that region's recomputation (the region before it
+   is finished first). Returns a status (its error set). */
+rg_status rg__region_reached(rg_ctx *ctx, size_t k);
+/* At the walk's step for node k (k == SIZE_MAX: the walk is over): once the walk is below
+   the first node of the region being replayed, every rule that reads its recomputed
+   tensors is recorded: they go back to the pass pool and the region is finished. */
+void rg__region_passed(rg_ctx *ctx, size_t k);
 
 /* --- distributed training (dist.c) --- */
 /* rg_backward's hooks, called only when gradients are averaged (rg__dist_on: more than
@@ -389,13 +524,24 @@ static inline size_t rg__align_up(size_t n) {
 }
 void *rg__arena_alloc(rg_ctx *ctx, rg_arena *a, size_t bytes, size_t *off, bool host);
 void rg__arena_reset(rg_ctx *ctx, rg_arena *a, bool host, bool release);
+/* The trace's span of an arena's chunk made or freed (what) since ts, and its counter. */
+void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t bytes,
+                     double ts, bool ok);
 /* The smallest released range that holds need bytes (the lowest offset among equals),
    cut from its front, with its offset in *off; NULL if none fits. */
 void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
 /* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
-   no handle outside the core can reach and whose readers were all recorded already
-   (execution follows recording order, so the reuse is safe). */
+   no handle outside the core can reach (or that rg__check refuses: a checkpoint
+   region's) and whose readers were all recorded already (execution follows recording
+   order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
+/* Gives persistent tensor ref's bytes back to the persistent arena, for rg__new_reusing;
+   marks it RG_T_FREED (its handles are stale). false (nothing changed) when out of host
+   memory for the range. */
+bool rg__release_persistent(rg_ctx *ctx, uint32_t ref);
+/* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
+   its bytes go back to the arena if rg__release found it dead and this was the last. */
+void rg__unpin(rg_ctx *ctx, uint32_t root);
 /* A pass tensor of shape s (same element count and dtype) on the bytes of pass tensor
    base: no allocation. The caller records the node that "makes" it. 0 on failure. */
 uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call);
@@ -406,6 +552,19 @@ uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
 #include "philox.h"
+/* RING_SAMPLE's key is the seed xor this ("ringsamp"), so its draws are a stream apart
+   from dropout's and initialisation's, which are keyed by the seed itself. */
+#define RG_RING_SALT 0x72696e6773616d70ull
+/* The reasons a RING_GATHER (index, position, count, count) or RING_SAMPLE fails, in the
+   same words on every backend. */
+#define RG_RING_INDEX_MSG                                                                \
+  "index %lld at position %lld is outside [0, %lld): the ring holds %lld entries, "       \
+  "numbered from the oldest (0) to the newest; draw indices with rg_ring_sample, or "     \
+  "push more entries first"
+#define RG_RING_EMPTY_MSG                                                                 \
+  "the ring is empty: push entries (rg_ring_push) before sampling from it"
+/* The state's words (ops.h, RING_PUSH). */
+enum { RG_RING_HEAD, RG_RING_COUNT, RG_RING_DRAWS_LO, RG_RING_DRAWS_HI, RG_RING_STATE };
 
 /* --- bf16 --- */
 static inline uint16_t rg_f32_to_bf16(float f) {

@@ -95,6 +95,11 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
   return true;
 }
 
+bool rg__operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                 uint32_t *ref) {
+  return operand(ctx, t, call, k, dtypes, ref);
+}
+
 /* The BF16 operands among in[0, n) (0: absent) of an op that computes in F32 only, which
    operand() let through under rg_options.bf16, widened (exactly) by a recorded rg_cast, as
    autocast runs such ops in F32. Called once every operand of the call is checked, so a
@@ -474,11 +479,49 @@ static rg_tensor attention_emit(rg_ctx *ctx, const char *call, rg_op op, uint32_
   return emit_main(ctx, op, in, outs, iv);
 }
 
+/* rg_attention_mask's masks (ops.h's ATTENTION: in[3], in[4]) against q [B,H,T,D] and k
+   [B,H,S,D]: key padding I32 [B,S]; a bias F32 of 1 to 4 axes that broadcasts to
+   [B,H,T,S] and has no gradient to receive (the op computes none). */
+static bool attention_masks(rg_ctx *ctx, const char *call, rg_shape sq, rg_shape sk,
+                            const uint32_t *in) {
+  rg_shape full = {RG_F32, 4, {sq.dims[0], sq.dims[1], sq.dims[2], sk.dims[2]}};
+  if (in[3]) {
+    rg_shape sp = rg__shape(ctx, in[3]);
+    if (sp.ndim != 2 || sp.dims[0] != sq.dims[0] || sp.dims[1] != sk.dims[2])
+      return shape_error(ctx, call, "do not fit: the key padding must be [B,S] for q "
+                         "[B,H,T,D] and k [B,H,S,D] (the first shape is the padding's, the "
+                         "second [B,H,T,S])", &sp, &full);
+  }
+  if (!in[4]) return true;
+  rg_shape sb = rg__shape(ctx, in[4]);
+  bool fits = sb.ndim >= 1;
+  for (int i = 1; fits && i <= sb.ndim; i++)
+    fits = sb.dims[sb.ndim - i] == 1 || sb.dims[sb.ndim - i] == full.dims[4 - i];
+  if (!fits)
+    return shape_error(ctx, call, "do not fit: the bias must broadcast to [B,H,T,S] (1 to 4 "
+                       "axes, each the size of that axis or 1, aligned from the right; the "
+                       "second shape is [B,H,T,S])", &sb, &full);
+  if (rg__t(ctx, in[4])->flags & RG_T_GRAD) {
+    rg__fail(ctx, RG_ERR_MISUSE, call, "the bias (operand 5) requires a gradient, which "
+             "this op does not compute — pass rg_detach of it (or a constant, an input)");
+    return false;
+  }
+  return true;
+}
+
 rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal) {
-  const char *call = "rg_attention";
-  uint32_t in[3];
+  return rg_attention_mask(ctx, q, k, v, causal, RG_NONE, RG_NONE);
+}
+
+rg_tensor rg_attention_mask(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int causal,
+                            rg_tensor key_padding, rg_tensor bias) {
+  const char *call = key_padding.id || bias.id ? "rg_attention_mask" : "rg_attention";
+  uint32_t in[5] = {0};
   if (!ctx || !operand(ctx, q, call, 1, ANY_FLOAT, &in[0]) ||
-      !operand(ctx, k, call, 2, ANY_FLOAT, &in[1]) || !operand(ctx, v, call, 3, ANY_FLOAT, &in[2]))
+      !operand(ctx, k, call, 2, ANY_FLOAT, &in[1]) ||
+      !operand(ctx, v, call, 3, ANY_FLOAT, &in[2]) ||
+      (key_padding.id && !operand(ctx, key_padding, call, 4, I32_ONLY, &in[3])) ||
+      !optional(ctx, bias, call, 5, &in[4]))
     return RG_NONE;
   rg_shape sq = rg__shape(ctx, in[0]), sk = rg__shape(ctx, in[1]), sv = rg__shape(ctx, in[2]);
   if (sq.ndim != 4 || sk.ndim != 4 || sv.ndim != 4)
@@ -490,6 +533,7 @@ rg_tensor rg_attention(rg_ctx *ctx, rg_tensor q, rg_tensor k, rg_tensor v, int c
   if (memcmp(sk.dims, sv.dims, sizeof sk.dims))
     return shape_error(ctx, call, "do not fit: k and v must have the same shape", &sk, &sv),
            RG_NONE;
+  if (!attention_masks(ctx, call, sq, sk, in) || !widen(ctx, &in[4], 1)) return RG_NONE;
   return attention_emit(ctx, call, RG_OP_ATTENTION, in, 3, sq, sq.dims[1], causal);
 }
 
@@ -682,7 +726,7 @@ static uint32_t step_tensor(rg_ctx *ctx) {
   n->out[0] = ctx->rngstep;
   n->i[1] = sizeof(uint64_t);
   n->aux = stage;
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_RNG], sizeof(uint64_t));
+  rg__count_xfer(ctx, false, RG_SITE_RNG, sizeof(uint64_t));
   if (rg__commit(ctx, n) != RG_OK) return 0;
   ctx->rngstep_gen = ctx->pool[RG_POOL_PASS].gen;
   return ctx->rngstep;

@@ -70,11 +70,15 @@
  *            (a residual stream), one node, the sum read once (rg_layernorm turns the
  *            queued ADD node into it, ops.c); f[0] = eps.
  *  EMBEDDING table [V,C], idx I32 [...] -> [...,C]. Index outside [0,V): fail, naming it.
- *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D] -> o [B,H,T,D], lse [B,H,T]; i[0]
- *            causal (key s masked when s > t); scale 1/sqrt(D); lse = log sum_s exp(score)
- *            of each query row (0 when it sees no key), kept for the backward.
- *            q, k, v all F32 or all BF16; o their dtype (BF16: bf16 products on CUDA,
- *            f32 on the CPU), lse F32.
+ *  ATTENTION q [B,H,T,D], k [B,H,S,D], v [B,H,S,D], key padding (opt), bias (opt) ->
+ *            o [B,H,T,D], lse [B,H,T]; i[0] causal (key s masked when s > t); score =
+ *            scale q.k + bias, scale 1/sqrt(D); lse = log sum_s exp(score) over the keys
+ *            a row sees (0 when it sees none: then o = 0 and no gradient), kept for the
+ *            backward. Key padding I32 [B,S]: nonzero masks key s of batch b from every
+ *            query. Bias F32, 1 to 4 axes broadcast (numpy, right-aligned) to [B,H,T,S];
+ *            -inf masks (rg__attn_bias_strides, internal.h, addresses it). q, k, v all F32
+ *            or all BF16; o their dtype (BF16: bf16 products on CUDA, f32 on the CPU),
+ *            lse F32.
  *  ATTENTION_QKV qkv [B,T,3C] -> o [B,T,C], lse [B,H,T]: ATTENTION on heads read in place,
  *            i[0] causal, i[1] = H heads of D = C/H. Head h's q, k, v
  *            are columns h D + [0,D) of the thirds [0,C), [C,2C), [2C,3C) of each row; its
@@ -125,8 +129,9 @@
  *  RMSNORM_BWD   (x, gamma opt, g, acc_gamma opt, unused, dx_in opt; f[0]) -> dx, dgamma
  *            [C], as above.
  *  EMBEDDING_BWD (idx, g) -> dtable [V,C] (zeroed, then scatter-added)
- *  ATTENTION_BWD (q, k, v, o, g, lse; i[] as ATTENTION) -> dq, dk, dv (q, k, v, o
- *            F32 or BF16 as the forward's; each of dq, dk, dv F32 or BF16)
+ *  ATTENTION_BWD (q, k, v, o, g, lse, key padding opt, bias opt; i[] as ATTENTION) ->
+ *            dq, dk, dv (q, k, v, o F32 or BF16 as the forward's; each of dq, dk, dv F32
+ *            or BF16; the masks as the forward's, which give the bias no gradient)
  *  ATTENTION_QKV_BWD (qkv, o, g, lse; i[] as ATTENTION_QKV) -> dqkv [B,T,3C] (F32 or
  *            BF16)
  *  CROSS_ENTROPY_BWD (logits, targets, g scalar, stats; i[0], i[1]) -> dlogits =
@@ -164,6 +169,21 @@
  *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
  *            i[1] = its bytes. Recorded by rg_backward only when there is more than one
  *            rank.
+ * Ring buffers (ring.c): a ring is a persistent tensor [capacity, rows] and its state, a
+ * persistent I32 [4]: head (the slot the next entry goes to), count (entries held, at
+ * most capacity), and the 64-bit count of RING_SAMPLE nodes run (low word, high word).
+ * Entries are addressed oldest first: entry e in [0, count) is slot (head - count + e)
+ * mod capacity. Only these nodes read or change the state, so a replayed graph sees the
+ * ring as it is on the device.
+ *  RING_PUSH in[0] ring, in[1] state, in[2] entries [k, rows] of the ring's dtype, 1 <= k
+ *            <= capacity (no out): entry j goes to slot (head + j) mod capacity; then head
+ *            += k (mod capacity), count = min(count + k, capacity).
+ *  RING_GATHER ring, state, idx I32 [...] -> [..., rows] of the ring's dtype: entry idx[p]
+ *            of the ring. An index outside [0, count): fail, naming it and count.
+ *  RING_SAMPLE state -> I32 [n]: n entries drawn uniformly from [0, count), element e =
+ *            (r * count) >> 32 for r the first word of rg_philox(i[0], draws, e), i[0]
+ *            the context seed xor RG_RING_SALT (a stream apart from dropout's); then
+ *            draws += 1. An empty ring (count 0): fail.
  */
 #ifndef RG_OPS_H
 #define RG_OPS_H
@@ -215,7 +235,7 @@ enum {
   X(ADD_LAYERNORM, add_layernorm, "rg_layernorm", 4, 2, RG_F_DIFF)              \
   X(RMSNORM, rmsnorm, "rg_rmsnorm", 2, 1,            RG_F_DIFF)                 \
   X(EMBEDDING, embedding, "rg_embedding", 2, 1,      RG_F_DIFF)                 \
-  X(ATTENTION, attention, "rg_attention", 3, 2,      RG_F_DIFF)                 \
+  X(ATTENTION, attention, "rg_attention", 5, 2,      RG_F_DIFF)                 \
   X(ATTENTION_QKV, attention_qkv, "rg_attention_qkv", 1, 2, RG_F_DIFF)          \
   X(CROSS_ENTROPY, cross_entropy, "rg_cross_entropy", 3, 3, RG_F_DIFF)          \
   X(MSE, mse, "rg_mse", 2, 1,                        RG_F_DIFF)                 \
@@ -238,7 +258,7 @@ enum {
   X(LAYERNORM_BWD, layernorm_bwd, "rg_layernorm'", 6, 4, RG_F_BWD | RG_F_FOLDS) \
   X(RMSNORM_BWD, rmsnorm_bwd, "rg_rmsnorm'", 6, 2,   RG_F_BWD | RG_F_FOLDS)     \
   X(EMBEDDING_BWD, embedding_bwd, "rg_embedding'", 2, 1, RG_F_BWD)              \
-  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 6, 3, RG_F_BWD)              \
+  X(ATTENTION_BWD, attention_bwd, "rg_attention'", 8, 3, RG_F_BWD)              \
   X(ATTENTION_QKV_BWD, attention_qkv_bwd, "rg_attention_qkv'", 4, 1, RG_F_BWD)  \
   X(CROSS_ENTROPY_BWD, cross_entropy_bwd, "rg_cross_entropy'", 4, 1, RG_F_BWD)  \
   X(SLICE_BWD, slice_bwd, "rg_slice'", 1, 1,         RG_F_BWD | RG_F_BF16)      \
@@ -251,7 +271,10 @@ enum {
   X(SGD, sgd, "rg_optim_step", 1, 0,                 RG_F_BF16 | RG_F_OPTIM)    \
   X(LR_SCHEDULE, lr_schedule, "rg_optim_step", 3, 0, 0)                        \
   X(CLIP_VALUE, clip_value, "rg_clip_grad_value", 0, 0, RG_F_BF16 | RG_F_LIST)  \
-  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM)
+  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM) \
+  X(RING_PUSH, ring_push, "rg_ring_push", 3, 0,      RG_F_BF16)                 \
+  X(RING_GATHER, ring_gather, "rg_ring_gather", 3, 1, RG_F_BF16)                \
+  X(RING_SAMPLE, ring_sample, "rg_ring_sample", 1, 1, 0)
 
 typedef enum rg_op {
 #define RG_OP_ENUM(E, ...) RG_OP_##E,

@@ -66,7 +66,7 @@ static rg_optim *make(rg_ctx *ctx, int kind, const float *hyper, bool moments2, 
     rg__free(ctx, o);
     return NULL;
   }
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_OPTIM], RG_H_COUNT * 4);
+  rg__count_xfer(ctx, false, RG_SITE_OPTIM, RG_H_COUNT * 4);
   o->next = ctx->optims;
   ctx->optims = o;
   return o;
@@ -140,7 +140,7 @@ rg_status rg_optim_set_lr(rg_optim *o, float lr) {
   n->i[0] = RG_H_LR * 4;
   n->i[1] = 4;
   n->aux = stage;
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_OPTIM], 4);
+  rg__count_xfer(ctx, false, RG_SITE_OPTIM, 4);
   return rg__commit(ctx, n);
 }
 
@@ -150,7 +150,7 @@ int64_t rg_optim_steps(rg_optim *o) {
   rg__drain(ctx, RG_DRAIN_READ);
   int32_t s = 0;
   if (ctx->be->download(ctx, &s, rg__t(ctx, o->step)->data, 4) != RG_OK) return -1;
-  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_OPTIM], 4);
+  rg__count_xfer(ctx, true, RG_SITE_OPTIM, 4);
   return s;
 }
 
@@ -161,7 +161,7 @@ float rg_optim_lr(rg_optim *o) {
   float lr = 0;
   if (ctx->be->download(ctx, &lr, (char *)rg__t(ctx, o->hyper)->data + RG_H_LR * 4, 4) != RG_OK)
     return -1;
-  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_OPTIM], 4);
+  rg__count_xfer(ctx, true, RG_SITE_OPTIM, 4);
   return lr;
 }
 

@@ -98,7 +98,7 @@ rg_tensor rg_param(rg_ctx *ctx, const char *name, rg_dtype dt, int ndim, const i
     return RG_NONE;
   }
   rg_tinfo *t = rg__t(ctx, w);
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_PARAM_INIT], t->nbytes);
+  rg__count_xfer(ctx, false, RG_SITE_PARAM_INIT, t->nbytes);
   t->flags = RG_T_GRAD | RG_T_PARAM;
   t->grad = g;
   t->param = ctx->nparams;

@@ -8,6 +8,10 @@
  *    READY, its outputs and every later pass-pool output become FAILED with the message,
  *    and the queue is dropped (never retried). Persistent tensors never become FAILED:
  *    an in-place update that did not run simply left the old value.
+ *  - rg_step_begin and rg_reset of a pool refuse, before draining, while any of its
+ *    tensors is exported (ctx->exports) or a checkpoint region is open; a reset of the
+ *    pass pool calls the release of every import after its drain, so no node that reads
+ *    one runs after it.
  *  - n_nodes <= opt.max_pass_nodes (<= UINT32_MAX, so a node index + 1 fits a tensor's
  *    32-bit node field): the guard drain bounds the queue, this bounds the tape.
  */
@@ -74,6 +78,11 @@ rg_node *rg__record(rg_ctx *ctx, rg_op op) {
 
 rg_status rg__commit(rg_ctx *ctx, rg_node *n) {
   uint32_t idx = (uint32_t)(n - ctx->nodes) + 1;
+  /* While rg_backward replays a checkpoint region, a tensor the region gave back is read
+     as its recomputation. */
+  for (int i = 0; ctx->replay && i < n->nin; i++)
+    if (n->in[i] && !(n->in[i] >> 31) && rg__t(ctx, n->in[i])->redo)
+      n->in[i] = rg__t(ctx, n->in[i])->redo;
   bool grad = false;
   for (int i = 0; i < n->nin && !ctx->no_grad; i++)
     if (n->in[i] && (rg__t(ctx, n->in[i])->flags & RG_T_GRAD)) grad = true;
@@ -87,6 +96,7 @@ rg_status rg__commit(rg_ctx *ctx, rg_node *n) {
   }
   ctx->st.nodes_recorded++;
   size_t queued = ctx->n_nodes - ctx->q_head;
+  if (ctx->trace && queued == 1) rg__trace_recorded(ctx);
   if (queued > ctx->st.queue_peak) ctx->st.queue_peak = queued;
   if (ctx->opt.check) return rg__drain(ctx, RG_DRAIN_CHECK);
   if (queued >= ctx->opt.max_queued) return rg__drain(ctx, RG_DRAIN_GUARD);
@@ -117,10 +127,8 @@ static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_
 
 /* RG_TRACE=1 / rg_options.trace: one line per node on stderr as a drain starts. */
 static void trace(rg_ctx *ctx, size_t first, size_t last, rg_drain_reason why) {
-  static const char *const reason[RG_DRAIN_REASON_COUNT] = {
-      "read", "write", "sync", "step", "reset", "close", "guard", "check", "save"};
-  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", reason[why], last - first,
-          ctx->devname);
+  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", rg__drain_reason_name(why),
+          last - first, ctx->devname);
   for (size_t k = first; k < last; k++) {
     const rg_node *n = &ctx->nodes[k];
     const char *lab = rg__label_str(ctx, n->label);
@@ -148,17 +156,15 @@ static uint32_t keep_failure(rg_ctx *ctx, const char *msg) {
 
 rg_status rg__drain(rg_ctx *ctx, rg_drain_reason why) { return rg__drain_read(ctx, why, NULL); }
 
-rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
-  size_t first = ctx->q_head, last = ctx->n_nodes;
-  if (first == last) return RG_OK;
-  if (ctx->opt.trace) trace(ctx, first, last, why);
-  ctx->q_head = last; /* detached before it runs: never retried */
-  ctx->st.drains++;
-  ctx->st.drain_reason[why]++;
+/* The drain of [first, last): runs it and sets its values' states; the failing node (or
+   last) in *failed. */
+static rg_status run(rg_ctx *ctx, size_t first, size_t last, rg_readback *rb,
+                     size_t *failed_out) {
   size_t failed = last;
   rg_status soft = RG_OK;
   char msg[768] = "";
   rg_status st = ctx->be->execute(ctx, first, last, &failed, &soft, msg, sizeof msg, rb);
+  *failed_out = failed;
   if (st == RG_OK) {
     set_state(ctx, first, last, RG_READY, 0);
     ctx->st.nodes_executed += last - first;
@@ -175,6 +181,7 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
     return RG_OK;
   }
   if (failed < first || failed >= last) failed = first;
+  *failed_out = failed;
   const rg_node *n = &ctx->nodes[failed];
   const char *lab = rg__label_str(ctx, n->label);
   char full[1024];
@@ -191,12 +198,34 @@ rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
   return st;
 }
 
+rg_status rg__drain_read(rg_ctx *ctx, rg_drain_reason why, rg_readback *rb) {
+  size_t first = ctx->q_head, last = ctx->n_nodes, failed = last;
+  if (first == last) return RG_OK;
+  if (ctx->opt.trace) trace(ctx, first, last, why);
+  ctx->q_head = last; /* detached before it runs: never retried */
+  ctx->st.drains++;
+  ctx->st.drain_reason[why]++;
+  if (!ctx->trace) return run(ctx, first, last, rb, &failed);
+  double ts = rg__trace_now(ctx);
+  rg_status st = run(ctx, first, last, rb, &failed);
+  rg__trace_drain(ctx, why, first, last, ts, st, failed);
+  return st;
+}
+
 /* ---- barriers and resets ------------------------------------------------------------ */
 
 rg_status rg_sync(rg_ctx *ctx) { return ctx ? rg__drain(ctx, RG_DRAIN_SYNC) : RG_ERR_MISUSE; }
 
+void rg__imports_release(rg_ctx *ctx) {
+  uint32_t n = ctx->nimports;
+  ctx->nimports = 0; /* each release is called once, whatever a release does */
+  for (uint32_t i = 0; i < n; i++)
+    if (ctx->imports[i].release) ctx->imports[i].release(ctx->imports[i].user);
+}
+
 static void reset_pass(rg_ctx *ctx) {
   rg_pool_s *p = &ctx->pool[RG_POOL_PASS];
+  rg__imports_release(ctx); /* after the drain: no queued node reads them any more */
   rg__arena_reset(ctx, &p->arena, false, false);
   rg__arena_reset(ctx, &ctx->stage, true, false);
   p->gen++;
@@ -206,6 +235,7 @@ static void reset_pass(rg_ctx *ctx) {
   for (uint32_t i = 0; i < ctx->nfails; i++) rg__free(ctx, ctx->fails[i]);
   ctx->nfails = 0;
   ctx->rng_calls = 0;
+  ctx->nregions = 0;
 }
 
 static void reset_persistent(rg_ctx *ctx) {
@@ -217,8 +247,9 @@ static void reset_persistent(rg_ctx *ctx) {
     rg_tinfo *t = &ctx->pool[RG_POOL_PASS].t[i];
     t->node = 0;
     t->grad = 0;
-    t->flags = 0;
+    t->flags &= RG_T_FREED; /* released bytes stay released; ckpt stays refused */
   }
+  ctx->nregions = 0; /* nothing to recompute without the tape */
   rg__arena_reset(ctx, &p->arena, false, true);
   p->gen++;
   p->n = 0;
@@ -233,8 +264,34 @@ static void reset_persistent(rg_ctx *ctx) {
   ctx->one = 0;
 }
 
+/* MISUSE, before anything is drained or reset, while memory of pool is exported: the
+   other library's arrays still use it (share.c). */
+static rg_status refuse_exported(rg_ctx *ctx, rg_pool pool, const char *call) {
+  uint32_t n = ctx->exports[pool];
+  if (!n) return RG_OK;
+  return rg__fail(ctx, RG_ERR_MISUSE, call, "%u export%s of %s-pool tensors %s open "
+                  "(rg_export without rg_unexport), so another library still uses that "
+                  "memory; nothing was run or reset. Release them first: drop the other "
+                  "library's arrays (their deleters call rg_unexport), or copy them and "
+                  "call rg_unexport",
+                  n, n == 1 ? "" : "s", pool == RG_POOL_PASS ? "pass" : "persistent",
+                  n == 1 ? "is" : "are");
+}
+
+/* MISUSE, before anything is drained or reset, inside an activation checkpoint region:
+   its nodes would be gone before its end. */
+static rg_status refuse_region(rg_ctx *ctx, const char *call) {
+  if (!ctx->region_open) return RG_OK;
+  return rg__fail(ctx, RG_ERR_MISUSE, call, "an activation checkpoint region is open "
+                  "(rg_checkpoint_begin without rg_checkpoint_end); nothing was run or "
+                  "reset: end the region first");
+}
+
 rg_status rg_step_begin(rg_ctx *ctx) {
   if (!ctx) return RG_ERR_MISUSE;
+  if (refuse_exported(ctx, RG_POOL_PASS, "rg_step_begin") != RG_OK ||
+      refuse_region(ctx, "rg_step_begin") != RG_OK)
+    return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_STEP);
   reset_pass(ctx);
   ctx->step++;
@@ -246,6 +303,8 @@ rg_status rg_reset(rg_ctx *ctx, rg_pool pool) {
   if (pool != RG_POOL_PASS && pool != RG_POOL_PERSISTENT)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_reset", "pool %d is not RG_POOL_PASS or "
                     "RG_POOL_PERSISTENT", (int)pool);
+  if (refuse_exported(ctx, pool, "rg_reset") != RG_OK || refuse_region(ctx, "rg_reset") != RG_OK)
+    return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_RESET);
   if (pool == RG_POOL_PASS) reset_pass(ctx);
   else reset_persistent(ctx);

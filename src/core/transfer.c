@@ -35,7 +35,7 @@ rg_tensor rg_input(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, cons
   n->out[0] = out;
   n->i[1] = (int64_t)bytes;
   n->aux = stage;
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_INPUT], bytes);
+  rg__count_xfer(ctx, false, RG_SITE_INPUT, bytes);
   return rg__commit(ctx, n) == RG_OK ? rg__handle(ctx, out) : RG_NONE;
 }
 
@@ -60,11 +60,30 @@ rg_tensor rg_constant(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims,
     p->n = n0;
     return rg__fail(ctx, st, "rg_constant", "the upload failed"), RG_NONE;
   }
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_INPUT], t->nbytes);
+  rg__count_xfer(ctx, false, RG_SITE_INPUT, t->nbytes);
   return rg__handle(ctx, c);
 }
 
 /* ---- reads and writes --------------------------------------------------------------- */
+
+rg_tinfo *rg__settle(rg_ctx *ctx, uint32_t ref, const char *call, rg_drain_reason why,
+                     bool overwrite, rg_status *st, rg_status *drained, rg_readback *rb) {
+  bool pending = rg__t(ctx, ref)->state == RG_PENDING;
+  rg_status ds = rg__drain_read(ctx, why, rb);
+  if (drained) *drained = ds;
+  rg_tinfo *ti = rg__t(ctx, ref);
+  if (ti->state == RG_FAILED && !overwrite) {
+    /* The drain this read ran failed on the way to the value: report that failure itself
+       (its message is the sticky one); a value failed earlier reads RG_ERR_FAILED. */
+    *st = pending && ds != RG_OK ? ds
+                                 : rg__fail(ctx, RG_ERR_FAILED, call, "this value was not "
+                                            "computed because its drain failed: %s",
+                                            ti->fail ? ctx->fails[ti->fail - 1] : "?");
+    return NULL;
+  }
+  /* A failure elsewhere in the drain does not spoil a value that was computed. */
+  return ti;
+}
 
 /* Checks t for a read or write of exactly `bytes`, draining first. A read passes rb so the
    drain that computes t also downloads it (one synchronisation). */
@@ -86,22 +105,8 @@ static rg_tinfo *transfer_target(rg_ctx *ctx, rg_tensor t, const void *buf, size
                    rg__dtype_name(ti->dtype), ti->nbytes);
     return NULL;
   }
-  bool pending = ti->state == RG_PENDING;
   if (rb) *rb = (rg_readback){(void *)buf, ti->data, bytes, false};
-  rg_status ds = rg__drain_read(ctx, why, rb);
-  if (drained) *drained = ds;
-  ti = rg__t(ctx, ref);
-  if (ti->state == RG_FAILED && !overwrite) {
-    /* The drain this read ran failed on the way to the value: report that failure itself
-       (its message is the sticky one); a value failed earlier reads RG_ERR_FAILED. */
-    *st = pending && ds != RG_OK ? ds
-                                 : rg__fail(ctx, RG_ERR_FAILED, call, "this value was not "
-                                            "computed because its drain failed: %s",
-                                            ti->fail ? ctx->fails[ti->fail - 1] : "?");
-    return NULL;
-  }
-  /* A failure elsewhere in the drain does not spoil a value that was computed. */
-  return ti;
+  return rg__settle(ctx, ref, call, why, overwrite, st, drained, rb);
 }
 
 /* rg_read and rg_item: the bytes come with the drain when there is one, else a download. */
@@ -111,7 +116,7 @@ static rg_status read_into(rg_ctx *ctx, rg_tensor t, void *dst, size_t bytes, co
   rg_tinfo *ti = transfer_target(ctx, t, dst, bytes, call, RG_DRAIN_READ, &st, false, &ds, &rb);
   if (!ti) return st;
   if (!rb.done && (st = ctx->be->download(ctx, dst, ti->data, bytes)) != RG_OK) return st;
-  rg__count_xfer(&ctx->st.down, &ctx->st.down_site[RG_SITE_READ], bytes);
+  rg__count_xfer(ctx, true, RG_SITE_READ, bytes);
   return ds == RG_ERR_NONFINITE ? ds : RG_OK; /* everything ran; the barrier still reports */
 }
 
@@ -146,6 +151,6 @@ rg_status rg_write(rg_ctx *ctx, rg_tensor t, const void *src, size_t bytes) {
   ti->state = RG_READY;
   ti->fail = 0;
   rg__shadow_stale(ctx, ref);
-  rg__count_xfer(&ctx->st.up, &ctx->st.up_site[RG_SITE_WRITE], bytes);
+  rg__count_xfer(ctx, false, RG_SITE_WRITE, bytes);
   return RG_OK;
 }

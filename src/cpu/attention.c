@@ -4,7 +4,9 @@
  * Attention recomputes its probabilities in the backward pass instead of storing the
  * T x S matrix: the forward keeps the log-sum-exp of each query row (its second output),
  * the backward g.o per row (8 bytes per query in all). The CPU computes the products in
- * f32 whatever the node's precision flag (the CUDA tensor-core paths).
+ * f32 whatever the node's precision flag (the CUDA tensor-core paths). rg_attention's
+ * masks (key padding, an additive bias; ops.h) enter each score as it is computed, the
+ * same way in both passes, so no T x S mask is made either.
  */
 #include "rows.h"
 
@@ -29,10 +31,15 @@ typedef struct attn_dims {
 } attn_dims;
 
 /* The operands and results of either op, as base pointers of head 0 of batch 0; lse
-   [BH,T] is the forward's second output and the backward's input. */
+   [BH,T] is the forward's second output and the backward's input. rg_attention's masks
+   (ops.h), or NULL: key padding I32 [B,S], and the bias with its strides over [B,H,T,S]
+   (rg__attn_bias_strides). */
 typedef struct attn_io {
   const float *q, *k, *v, *g;
   float *o, *lse, *dq, *dk, *dv;
+  const int32_t *kp;
+  const float *bias;
+  int64_t bst[4];
 } attn_io;
 
 static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
@@ -50,12 +57,15 @@ static attn_dims attn_shape(const rg_kargs *k, attn_io *io) {
     a.k = (attn_lay){a.H * a.S * a.D, a.S * a.D, a.D};
     a.o = a.q;
     io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
+    int m = op == RG_OP_ATTENTION ? 3 : 6; /* the masks' inputs */
     if (op == RG_OP_ATTENTION) {
       io->o = k->out[0].p, io->lse = k->out[1].p;
-    } else { /* q, k, v, o, g, lse */
+    } else { /* q, k, v, o, g, lse, key padding, bias */
       io->g = k->in[4].p, io->lse = k->in[5].p;
       io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
     }
+    io->kp = k->in[m].p, io->bias = k->in[m + 1].p;
+    if (io->bias) rg__attn_bias_strides(&k->in[m + 1], io->bst);
   } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
     int64_t C = x->dims[2] / 3;
     a.H = k->node->i[1];
@@ -87,21 +97,44 @@ static int64_t attn_keys(const attn_dims *a, int64_t t) {
   return a->causal ? min64(a->S, t + 1) : a->S;
 }
 
+/* The masks' term of score (bh, t, s): -inf for a padded key, else the bias (0 without). */
+static inline float attn_mask(const attn_dims *a, const attn_io *io, int64_t bh, int64_t t,
+                              int64_t s) {
+  int64_t b = bh / a->H;
+  if (io->kp && io->kp[b * a->S + s]) return -INFINITY;
+  if (!io->bias) return 0.f;
+  return io->bias[b * io->bst[0] + bh % a->H * io->bst[1] + t * io->bst[2] + s * io->bst[3]];
+}
+
 static inline float dotf(const float *a, const float *b, int64_t n) {
   float s = 0.f;
   for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
   return s;
 }
 
-/* p[j] = softmax_j(scale q.k_j) over the visible keys (K: key 0 of the head); returns the
+/* Score (bh, t, j) of q against key row kr: scale q.k, plus the masks' term when the
+   call has masks (io->kp or io->bias). The backward rebuilds the forward's bit for bit. */
+static inline float attn_score(const attn_dims *a, const attn_io *io, const float *q,
+                               const float *kr, int64_t bh, int64_t t, int64_t j) {
+  float s = dotf(q, kr, a->D) * a->scale;
+  if (io->kp || io->bias) s += attn_mask(a, io, bh, t, j);
+  return s;
+}
+
+/* p[j] = softmax_j(score j) over the visible keys (K: key 0 of the head); returns the
    log-sum-exp, which the backward pass uses to rebuild the same probabilities one key at
-   a time. */
-static float attn_probs(const attn_dims *a, const float *q, const float *K, float *p,
-                        int64_t ns) {
+   a time. A row whose every score is -inf (masked) sees no key: p = 0, and 0 is
+   returned, so the backward's exp(score - 0) is 0 for every key too. */
+static float attn_probs(const attn_dims *a, const attn_io *io, const float *q,
+                        const float *K, float *p, int64_t bh, int64_t t, int64_t ns) {
   float m = -INFINITY;
   for (int64_t j = 0; j < ns; j++) {
-    p[j] = dotf(q, K + j * a->k.sr, a->D) * a->scale;
+    p[j] = attn_score(a, io, q, K + j * a->k.sr, bh, t, j);
     m = p[j] > m ? p[j] : m;
+  }
+  if (m == -INFINITY && (io->kp || io->bias)) {
+    memset(p, 0, (size_t)ns * sizeof(float));
+    return 0.f;
   }
   double s = 0;
   for (int64_t j = 0; j < ns; j++) s += expf(p[j] - m);
@@ -110,10 +143,11 @@ static float attn_probs(const attn_dims *a, const float *q, const float *K, floa
   return lse;
 }
 
-static void attn_fwd_row(const attn_dims *a, const float *q, const float *K, const float *V,
-                         float *o, float *lse, float *p, int64_t t) {
+static void attn_fwd_row(const attn_dims *a, const attn_io *io, const float *q,
+                         const float *K, const float *V, float *o, float *lse, float *p,
+                         int64_t bh, int64_t t) {
   int64_t ns = attn_keys(a, t);
-  *lse = ns ? attn_probs(a, q, K, p, ns) : 0.f; /* never read; finite for check_finite */
+  *lse = ns ? attn_probs(a, io, q, K, p, bh, t, ns) : 0.f; /* 0: finite for check_finite */
   memset(o, 0, (size_t)a->D * sizeof(float));
   for (int64_t j = 0; j < ns; j++) {
     const float *v = V + j * a->k.sr;
@@ -138,10 +172,22 @@ static rg_status attn_forward(rg_kargs *k) {
      of S floats, or a loop over S keys, could be astronomically large). With D = 0 every
      score is 0, o is empty and lse is log(visible keys), as the loop would compute it. */
   if (rows == 0) return RG_OK;
-  if (a.D == 0) {
+  if (a.D == 0 && !io.kp && !io.bias) {
     for (int64_t r = 0; r < rows; r++) {
       int64_t ns = attn_keys(&a, r % a.T);
       io.lse[r] = ns ? (float)log((double)ns) : 0.f;
+    }
+    return RG_OK;
+  }
+  if (a.D == 0) { /* every score is the masks' term: two passes over them, no scratch */
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t bh = r / a.T, t = r % a.T, ns = attn_keys(&a, t);
+      float m = -INFINITY;
+      for (int64_t j = 0; j < ns; j++) m = fmaxf(m, attn_mask(&a, &io, bh, t, j));
+      double s = 0;
+      for (int64_t j = 0; m != -INFINITY && j < ns; j++)
+        s += exp((double)attn_mask(&a, &io, bh, t, j) - m);
+      io.lse[r] = m == -INFINITY ? 0.f : m + (float)log(s);
     }
     return RG_OK;
   }
@@ -155,8 +201,9 @@ static rg_status attn_forward(rg_kargs *k) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
       int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
-      attn_fwd_row(&a, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv, io.v + kv,
-                   io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, t);
+      attn_fwd_row(&a, &io, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv,
+                   io.v + kv, io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, bh,
+                   t);
     }
   }
   rg__free(k->ctx, scratch);
@@ -170,13 +217,14 @@ rg_status rg_cpu_attention_qkv(rg_kargs *k) { return attn_forward(k); }
    delta = sum_j p_j g.v_j (= g.o), p_j = exp(scale q.k_j - lse) from the forward's lse.
    delta is saved so pass 2 can rebuild p and ds one key at a time. p and dp are S-float
    scratch rows. */
-static void attn_bwd_query(const attn_dims *a, const float *q, const float *K, const float *V,
-                           const float *g, float *dq, float *p, float *dp, int64_t t,
-                           float lse, float *delta) {
+static void attn_bwd_query(const attn_dims *a, const attn_io *io, const float *q,
+                           const float *K, const float *V, const float *g, float *dq,
+                           float *p, float *dp, int64_t bh, int64_t t, float lse,
+                           float *delta) {
   int64_t ns = attn_keys(a, t);
   double dl = 0;
   for (int64_t j = 0; j < ns; j++) {
-    p[j] = expf(dotf(q, K + j * a->k.sr, a->D) * a->scale - lse);
+    p[j] = expf(attn_score(a, io, q, K + j * a->k.sr, bh, t, j) - lse);
     dp[j] = dotf(g, V + j * a->k.sr, a->D);
     dl += (double)p[j] * dp[j];
   }
@@ -193,14 +241,14 @@ static void attn_bwd_query(const attn_dims *a, const float *q, const float *K, c
 /* Pass 2, one key row: dk = scale sum_t ds_t q_t and dv = sum_t p_t g_t over the queries
    that see this key (t >= s when causal); Q and G are query 0 of the head. Either output
    may be unwanted (NULL). */
-static void attn_bwd_key(const attn_dims *a, const float *Q, const float *k, const float *v,
-                         const float *G, const float *lse, const float *delta, float *dk,
-                         float *dv, int64_t s) {
+static void attn_bwd_key(const attn_dims *a, const attn_io *io, const float *Q,
+                         const float *k, const float *v, const float *G, const float *lse,
+                         const float *delta, float *dk, float *dv, int64_t bh, int64_t s) {
   if (dk) memset(dk, 0, (size_t)a->D * sizeof(float));
   if (dv) memset(dv, 0, (size_t)a->D * sizeof(float));
   for (int64_t t = a->causal ? s : 0; t < a->T; t++) {
     const float *q = Q + t * a->q.sr, *g = G + t * a->o.sr;
-    float p = expf(dotf(q, k, a->D) * a->scale - lse[t]);
+    float p = expf(attn_score(a, io, q, k, bh, t, s) - lse[t]);
     if (dk) {
       float ds = p * (dotf(g, v, a->D) - delta[t]) * a->scale;
       for (int64_t d = 0; d < a->D; d++) dk[d] += ds * q[d];
@@ -231,18 +279,18 @@ static rg_status attn_backward(rg_kargs *k) {
     for (int64_t r = 0; r < qrows; r++) {
       int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
       int64_t qo = attn_head(&a, &a.q, bh) + t * a.q.sr;
-      attn_bwd_query(&a, io.q + qo, io.k + kv, io.v + kv,
+      attn_bwd_query(&a, &io, io.q + qo, io.k + kv, io.v + kv,
                      io.g + attn_head(&a, &a.o, bh) + t * a.o.sr, io.dq ? io.dq + qo : NULL,
-                     p, dp, t, lse[r], delta + r);
+                     p, dp, bh, t, lse[r], delta + r);
     }
   }
   if (io.dk || io.dv) {
 #pragma omp parallel for num_threads(nt) if(par) schedule(static)
     for (int64_t r = 0; r < krows; r++) {
       int64_t bh = r / a.S, s = r % a.S, ko = attn_head(&a, &a.k, bh) + s * a.k.sr;
-      attn_bwd_key(&a, io.q + attn_head(&a, &a.q, bh), io.k + ko, io.v + ko,
+      attn_bwd_key(&a, &io, io.q + attn_head(&a, &a.q, bh), io.k + ko, io.v + ko,
                    io.g + attn_head(&a, &a.o, bh), lse + bh * a.T, delta + bh * a.T,
-                   io.dk ? io.dk + ko : NULL, io.dv ? io.dv + ko : NULL, s);
+                   io.dk ? io.dk + ko : NULL, io.dv ? io.dv + ko : NULL, bh, s);
     }
   }
   rg__free(k->ctx, scratch);

@@ -190,8 +190,10 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
     k.msgcap = msgcap;
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
+    double ts = ctx->trace ? rg__trace_now(ctx) : 0;
     rg_status st = !(rg_optab[n->op].flags & RG_F_BF16) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
                                                         : kernels[n->op](&k);
+    if (ctx->trace) rg__trace_op(ctx, i, ts, rg__trace_now(ctx) - ts);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);
     if (st != RG_OK) {
@@ -230,4 +232,8 @@ const rg_backend rg_cpu_backend = {
     .execute = cpu_execute,
     .sync = cpu_sync,
     .meminfo = rg_cpu_meminfo,
+    /* The kernels read elements through their own types and no wider (the GEMM packs its
+       operands; vectors are loaded by memcpy), so an element's alignment is enough: the
+       widest element, an F32 or I32. */
+    .import_align = 4,
 };

@@ -32,13 +32,16 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
     a.k = {a.H * a.S * a.D, (int64_t)a.S * a.D, a.D};
     a.o = a.q;
     io->q = x->p, io->k = k->in[1].p, io->v = k->in[2].p;
+    int m = op == RG_OP_ATTENTION ? 3 : 6; /* the masks' inputs */
     if (op == RG_OP_ATTENTION) {
       io->out = k->out[0].p, io->lse = (float *)k->out[1].p;
-    } else { /* q, k, v, o, g, lse */
+    } else { /* q, k, v, o, g, lse, key padding, bias */
       io->o = k->in[3].p, io->g = (const float *)k->in[4].p;
       io->lse = (float *)k->in[5].p;
       io->dq = k->out[0].p, io->dk = k->out[1].p, io->dv = k->out[2].p;
     }
+    io->kp = (const int32_t *)k->in[m].p, io->bias = (const float *)k->in[m + 1].p;
+    if (io->bias) rg__attn_bias_strides(&k->in[m + 1], io->bst);
   } else { /* qkv [B,T,3C]: q, k, v are the thirds of a row */
     int64_t C = x->dims[2] / 3;
     a.H = k->node->i[1];
@@ -75,17 +78,21 @@ att_dims att_shape(const rg_kargs *k, att_io *io) {
 }
 
 /* The dtypes the kernels take: q, k, v (and o, in the backward) all F32 or all BF16, g
-   and lse F32, the results F32 or BF16 (one dtype for dq, dk and dv), lse out F32. The
-   core records nothing else; a node that broke the rule would otherwise be read as the
-   other dtype, so it fails here instead. */
+   and lse F32, the masks (where given) key padding I32 and bias F32, the results F32 or
+   BF16 (one dtype for dq, dk and dv), lse out F32. The core records nothing else; a node
+   that broke the rule would otherwise be read as the other dtype, so it fails here
+   instead. */
 rg_status att_dtypes(rg_kargs *k) {
   int op = k->node->op, nin = k->node->nin, nout = k->node->nout;
   bool fwd = !(rg_optab[op].flags & RG_F_BWD);
   int nx = op == RG_OP_ATTENTION ? 3 : op == RG_OP_ATTENTION_QKV ? 1
            : op == RG_OP_ATTENTION_BWD ? 4 : 2; /* inputs of the q dtype */
+  int mk = op == RG_OP_ATTENTION ? 3 : op == RG_OP_ATTENTION_BWD ? 6 : nin; /* masks' */
   int dt = k->in[0].dtype, ot = -1;
   bool ok = dt == RG_F32 || dt == RG_BF16;
-  for (int i = 1; i < nin; i++) ok = ok && k->in[i].dtype == (i < nx ? dt : RG_F32);
+  for (int i = 1; i < nin; i++)
+    if (i < mk || k->in[i].p)
+      ok = ok && k->in[i].dtype == (i < nx ? dt : i == mk ? RG_I32 : RG_F32);
   for (int i = 0; i < (fwd ? 1 : nout); i++) {
     if (!k->out[i].p) continue;
     if (ot < 0) ot = k->out[i].dtype;
@@ -96,13 +103,14 @@ rg_status att_dtypes(rg_kargs *k) {
   char in[64] = "", out[32] = "";
   for (int i = 0; i < nin; i++)
     snprintf(in + strlen(in), sizeof in - strlen(in), "%s%s", i ? " " : "",
-             rg__dtype_name(k->in[i].dtype));
+             k->in[i].p ? rg__dtype_name(k->in[i].dtype) : "-");
   for (int i = 0; i < nout; i++)
     snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "",
              k->out[i].p ? rg__dtype_name(k->out[i].dtype) : "-");
   snprintf(k->msg, k->msgcap,
-           "the CUDA attention takes q, k, v and o all F32 or all BF16, g and lse F32, and "
-           "gives F32 or BF16 results (lse F32); this node has inputs %s, outputs %s", in, out);
+           "the CUDA attention takes q, k, v and o all F32 or all BF16, g and lse F32, key "
+           "padding I32 and bias F32, and gives F32 or BF16 results (lse F32); this node has "
+           "inputs %s, outputs %s", in, out);
   return RG_ERR_UNSUPPORTED;
 }
 
@@ -135,8 +143,8 @@ static rg_status attention_fwd_any(rg_kargs *k) {
   st = attention_limits(k, a);
   if (st != RG_OK) return st;
 #ifdef RG_HAVE_CUDNN
-  bool ran;
-  st = rg_cuda_att_dnn(k, a, io, false, &ran);
+  bool ran = false; /* masked calls run on resgrad's kernels (attention.h) */
+  st = io.kp || io.bias ? RG_OK : rg_cuda_att_dnn(k, a, io, false, &ran);
   if (st != RG_OK || ran) return st;
 #endif
   return a.ibf ? rg_cuda_att_mma_fwd(k, a, io) : rg_cuda_att_f32_fwd(k, a, io);
@@ -164,8 +172,8 @@ static rg_status attention_bwd_any(rg_kargs *k) {
     return rg_cuda_check_launch(k, "attention_bwd");
   }
 #ifdef RG_HAVE_CUDNN
-  bool ran;
-  st = rg_cuda_att_dnn(k, a, io, true, &ran);
+  bool ran = false;
+  st = io.kp || io.bias ? RG_OK : rg_cuda_att_dnn(k, a, io, true, &ran);
   if (st != RG_OK || ran) return st;
 #endif
   size_t rows = (size_t)(a.BH * a.T), need = rows * sizeof(float);

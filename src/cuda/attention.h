@@ -8,8 +8,12 @@
  * src/cpu/attention.c.
  *
  * Per head: q [T,D], k and v [S,D], scale = 1/sqrt(D), s = scale q.k; when causal, key j
- * is masked from query t when j > t. A row with no visible key (only when S == 0) gives
- * o = 0. The same kernels serve rg_attention (heads dense in [B,H,T,D]) and
+ * is masked from query t when j > t. rg_attention_mask's masks (att_io: key padding, an
+ * additive bias) enter each score of a tile as the tile is computed (mask_at: -inf for a
+ * padded key, else + bias), through the kernels' MK instantiations, so the mask-free
+ * kernels are compiled as before. A row with no visible key (S == 0, or every key masked)
+ * gives o = 0 and lse = 0, and its p are 0 in the backward. Masked calls never go to
+ * cuDNN (attention.cu), and the mma forward runs them at MR = 1. The same kernels serve rg_attention (heads dense in [B,H,T,D]) and
  * rg_attention_qkv (heads are D-column strips of the rows of [B,T,3C] and [B,T,C]): each
  * tensor is addressed through a layout, row t of head (b, h) at b sb + h sh + t sr.
  *
@@ -97,6 +101,11 @@ typedef struct att_io {
   const float *g;
   void *out, *dq, *dk, *dv;
   float *lse;
+  /* rg_attention's masks (ops.h), or NULL: key padding I32 [B,S]; the F32 bias, element
+     (b, h, t, s) at b bst[0] + h bst[1] + t bst[2] + s bst[3] (rg__attn_bias_strides) */
+  const int32_t *kp;
+  const float *bias;
+  int64_t bst[4];
 } att_io;
 
 /* The implementations, each for D <= 64 or D <= DMAX (its DM = 64 or 128), on T > 0 rows
@@ -199,6 +208,17 @@ __device__ __forceinline__ void query_tile(const att_dims &a, int R, int64_t &bh
   t0 = (ntq - 1 - (int)((int64_t)blockIdx.x / a.BH)) * R;
   nq = min(R, a.T - t0);
   nk = a.causal ? min(a.S, t0 + nq) : a.S; /* keys [0, nk) are visible to some row */
+}
+
+/* The masks' term of score (t, j) of head (b, h), t < T and j < S, as the CPU's
+   attn_mask: -inf for a padded key, else the bias (0 without one). Read from global
+   memory (L2) entry by entry as a tile needs it: no T x S matrix is made. */
+__device__ __forceinline__ float mask_at(const att_io &io, const att_dims &a, int64_t b,
+                                         int64_t h, int t, int j) {
+  if (io.kp && io.kp[b * a.S + j]) return -INFINITY;
+  return io.bias ? __ldg(io.bias + b * io.bst[0] + h * io.bst[1] + (int64_t)t * io.bst[2] +
+                         (int64_t)j * io.bst[3])
+                 : 0.f;
 }
 
 /* 1 / l, and 0 for a row with no visible key (l == 0; a NaN l stays NaN). */

@@ -185,13 +185,15 @@ template <int N> __device__ __forceinline__ void zero(float (&x)[4][N]) {
 
 /* p = exp(scale s - lse) and ds = p (dp - delta) scale on the thread's entries (row 4 ty + i,
    column tx + 16 j) of a 64 x 64 tile, 0 where vis(i, j) is false: s = A.B^T, dp = C.E^T.
+   MK: scale s + add(i, j) (the masks' term, read only where vis) in place of scale s.
    p goes to P and is read back for ds, so one 4 x 4 accumulator is live at a time (the
    registers matter: two blocks must fit an SM at DM = 64); DS may be P (ds replaces p).
    ROWS: lse and delta belong to rows i (queries are rows), else to columns j. */
-template <int DM, bool ROWS, typename Vis>
+template <int DM, bool ROWS, bool MK, typename Vis, typename Add>
 __device__ __forceinline__ void p_ds(const float *A, const float *B, const float *C,
                                      const float *E, const att_dims &a, const float (&ls)[4],
-                                     const float (&dl)[4], Vis vis, float *P, float *DS) {
+                                     const float (&dl)[4], Vis vis, Add add, float *P,
+                                     float *DS) {
   constexpr int LD = tl<DM>::LD, LDP = tl<DM>::LDP;
   float acc[4][4];
   zero(acc);
@@ -199,9 +201,12 @@ __device__ __forceinline__ void p_ds(const float *A, const float *B, const float
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-      P[(4 * ty_() + i) * LDP + tx_() + 16 * j] =
-          vis(i, j) ? expf(acc[i][j] * a.scale - (ROWS ? ls[i] : ls[j])) : 0.f;
+    for (int j = 0; j < 4; j++) {
+      bool v = vis(i, j);
+      float x = acc[i][j] * a.scale;
+      if constexpr (MK) x = v ? x + add(i, j) : x;
+      P[(4 * ty_() + i) * LDP + tx_() + 16 * j] = v ? expf(x - (ROWS ? ls[i] : ls[j])) : 0.f;
+    }
   zero(acc);
   mm_nt<LD>(C, E, a.dn, acc);
 #pragma unroll
@@ -224,8 +229,8 @@ __device__ __forceinline__ void key_tile(const att_dims &a, const float *Kb, con
   __syncthreads();
 }
 
-/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. */
-template <int DM>
+/* Forward. Shared: Qs, Ks, Vs [64][LD], Ps [64][LDP]. MK: with the masks (mask_at). */
+template <int DM, bool MK>
 __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const att_dims a) {
   constexpr int LDP = tl<DM>::LDP;
   extern __shared__ __align__(128) unsigned char att_sm[];
@@ -235,6 +240,7 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
   int64_t bh;
   int t0, nq, nk;
   query_tile(a, TR, bh, t0, nq, nk);
+  const int64_t mb = bh / a.H, mh = bh % a.H; /* the masks' batch and head */
   int64_t koff = head_at(a, a.k, bh);
   const float *Kb = (const float *)io.k + koff, *Vb = (const float *)io.v + koff;
   {
@@ -260,7 +266,11 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
       for (int j = 0; j < 4; j++) {
         int c = tx + 16 * j;
         bool vis = c < kn && (!a.causal || j0 + c <= t);
-        s[i][j] = vis ? s[i][j] * a.scale : -INFINITY;
+        if constexpr (MK)
+          s[i][j] = vis && t < a.T ? s[i][j] * a.scale + mask_at(io, a, mb, mh, t, j0 + c)
+                                   : -INFINITY;
+        else
+          s[i][j] = vis ? s[i][j] * a.scale : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       float mn = fmaxf(m[i], max16(mx));
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(NT, MINB(DM)) att_fwd_k(const att_io io, const
 
 /* Backward kernel 1, per query tile: delta of its rows (to scratch), then dq. Shared: Qs,
    Gs, Ks, Vs [64][LD], Ps [64][LDP] (ds). */
-template <int DM>
+template <int DM, bool MK>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_q_k(const att_io io, float *__restrict__ delta, const att_dims a) {
   extern __shared__ __align__(128) unsigned char att_sm[];
@@ -328,9 +338,12 @@ __global__ void __launch_bounds__(NT, MINB(DM))
   for (int j0 = 0; j0 < nk; j0 += TR) {
     int kn = min(TR, nk - j0);
     key_tile<DM>(a, Kb, Vb, j0, kn, Ks, Vs); /* its first sync also fences Qs, Gs */
-    p_ds<DM, true>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
+    p_ds<DM, true, MK>(Qs, Ks, Gs, Vs, a, ls, dl, [=](int i, int j) {
       int c = tx + 16 * j;
       return c < kn && (!a.causal || j0 + c <= t0 + 4 * ty + i);
+    }, [&](int i, int j) { /* rows past T: masked */
+      int t = t0 + 4 * ty + i;
+      return t < a.T ? mask_at(io, a, bh / a.H, bh % a.H, t, j0 + tx + 16 * j) : -INFINITY;
     }, Ps, Ps);
     __syncthreads(); /* Ps written */
     mm_nn<DM>(Ps, Ks, dq);
@@ -344,7 +357,7 @@ __global__ void __launch_bounds__(NT, MINB(DM))
    in order of t, dv = sum_t p_t g_t and dk = sum_t ds_t q_t. The 4 x 4 micro-tiles here
    are transposed: rows are keys, columns queries. Shared: Ks, Vs, Qs, Gs [64][LD],
    Pt, Dt [64][LDP] (p and ds, key-major). */
-template <int DM>
+template <int DM, bool MK>
 __global__ void __launch_bounds__(NT, MINB(DM))
     att_bwd_kv_k(const att_io io, const float *__restrict__ delta, const att_dims a) {
   extern __shared__ __align__(128) unsigned char att_sm[];
@@ -372,9 +385,11 @@ __global__ void __launch_bounds__(NT, MINB(DM))
     __syncthreads(); /* Ks, Vs filled (first pass); the previous Qs, Gs, Pt, Dt consumed */
     fill2<DM>(Qs, Qb + t0 * a.q.sr, a.q.sr, Gs, Gb + t0 * a.o.sr, a.o.sr, tn, a);
     __syncthreads();
-    p_ds<DM, false>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
+    p_ds<DM, false, MK>(Ks, Qs, Vs, Gs, a, ls, dl, [=](int i, int j) {
       int c = 4 * ty + i, r = tx + 16 * j;
       return c < kn && r < tn && (!a.causal || t0 + r >= s0 + c);
+    }, [&](int i, int j) {
+      return mask_at(io, a, bh / a.H, bh % a.H, t0 + tx + 16 * j, s0 + 4 * ty + i);
     }, Pt, Dt);
     __syncthreads(); /* Pt, Dt written */
     if (io.dv) mm_nn<DM>(Pt, Gs, dv);
@@ -390,25 +405,30 @@ template <int DM> size_t smem_bytes(int tiles, int ptiles) {
   return sizeof(float) * (size_t)(tiles * tl<DM>::SIZE + ptiles * tl<DM>::PSIZE);
 }
 
-/* The kernels at DM = 64 or 128. */
-template <int DM> rg_status fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
-  return launch_att(k, a, att_fwd_k<DM>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1), io, a);
+/* The kernels at DM = 64 or 128, with the masks (MK) or without. */
+template <int DM, bool MK> rg_status fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
+  return launch_att(k, a, att_fwd_k<DM, MK>, a.BH * cdiv(a.T, TR), NT, smem_bytes<DM>(3, 1),
+                    io, a);
 }
-template <int DM>
+template <int DM, bool MK>
 rg_status bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
   int64_t qb = a.BH * cdiv(a.T, TR), kb = a.BH * cdiv(a.S, TR);
   const float *cd = delta;
-  rg_status st = launch_att(k, a, att_bwd_q_k<DM>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
+  rg_status st =
+      launch_att(k, a, att_bwd_q_k<DM, MK>, qb, NT, smem_bytes<DM>(4, 1), io, delta, a);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-  return launch_att(k, a, att_bwd_kv_k<DM>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
+  return launch_att(k, a, att_bwd_kv_k<DM, MK>, kb, NT, smem_bytes<DM>(4, 2), io, cd, a);
 }
 
 } /* namespace */
 
 rg_status rg_cuda_att_f32_fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
-  return a.D <= 64 ? fwd<64>(k, a, io) : fwd<128>(k, a, io);
+  if (io.kp || io.bias) return a.D <= 64 ? fwd<64, true>(k, a, io) : fwd<128, true>(k, a, io);
+  return a.D <= 64 ? fwd<64, false>(k, a, io) : fwd<128, false>(k, a, io);
 }
 
 rg_status rg_cuda_att_f32_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta) {
-  return a.D <= 64 ? bwd<64>(k, a, io, delta) : bwd<128>(k, a, io, delta);
+  if (io.kp || io.bias)
+    return a.D <= 64 ? bwd<64, true>(k, a, io, delta) : bwd<128, true>(k, a, io, delta);
+  return a.D <= 64 ? bwd<64, false>(k, a, io, delta) : bwd<128, false>(k, a, io, delta);
 }

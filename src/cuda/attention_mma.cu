@@ -384,6 +384,33 @@ __device__ __forceinline__ void mask_rows(acc8 (&s)[MR][8], float v, const att_d
     }
 }
 
+/* MK: the warp's 16 MR x 64 score tile, laid out as mask_rows's (rows queries from tr,
+   the lane's first row as a query index; columns the keys [j0, j0 + kn)), in the base-2
+   domain with the masks' term: s sl + mask_at log2(e) where the entry is visible (column
+   < kn, row < T, causal: key <= row), -inf elsewhere (a padded key's term is -inf too).
+   (b, h): the head's batch and head, for mask_at. */
+template <int MR>
+__device__ __forceinline__ void mask_scale(acc8 (&s)[MR][8], const att_dims &a,
+                                           const att_io &io, int64_t b, int64_t h, int kn,
+                                           int j0, int tr, float sl) {
+  const int c2 = (lane_() & 3) * 2;
+#pragma unroll
+  for (int i = 0; i < MR; i++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      int t = tr + 16 * i + 8 * hh;
+      int lim = t >= a.T ? 0 : a.causal ? min(kn, t - j0 + 1) : kn; /* columns < lim */
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 2 * hh; e < 2 * hh + 2; e++) {
+          int c = 8 * n + c2 + (e & 1);
+          s[i][n][e] = c < lim ? fmaf(s[i][n][e], sl, mask_at(io, a, b, h, t, j0 + c) * LOG2E)
+                               : -INFINITY;
+        }
+    }
+}
+
 /* Writes the lane's entries of a warp's 16 x DM result (rows r0 + g, r0 + g + 8 of the
    block's tile, columns < D) to the rows of stride ld that start at element off of dst,
    F32 or, with a.obf, rounded to BF16; skips rows >= n; row half h times mul[h]. */
@@ -429,8 +456,8 @@ __device__ __forceinline__ void mstore(void *dst, int64_t off, int n, int64_t ld
    other. Statistics in the base-2 domain: m = running max of s log2(e), p =
    2^(s log2(e) - m); each lane sums only its own columns of a row (its part is rescaled
    with the row, m being the same in the 4 lanes of the quad), and the quad adds the parts
-   at the end. */
-template <int DM, int MR>
+   at the end. MK: with the masks, the scores scaled and masked at once (mask_scale). */
+template <int DM, int MR, bool MK>
 __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, const att_dims a) {
   constexpr int LD = DM + 8, TS = TR * LD, WR = 16 * MR;
   extern __shared__ __align__(128) unsigned char att_sm[];
@@ -451,6 +478,8 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
                      a.D, a.v8);
   if (nk > 0) kv_tile(0, 0);
   const float sl = a.scale * LOG2E; /* > 0 */
+  const float su = MK ? 1.f : sl;   /* the scale still to apply once the scores are masked */
+  const int64_t mb = bh / a.H, mh = bh % a.H; /* the masks' batch and head */
   const int tw = t0 + WR * w; /* the warp's first row; the lane's are tw + 16 i + g + 8 h */
   float m[MR][2], ls[MR][2];
   acc8 o[MR][DM / 8];
@@ -478,7 +507,10 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
     } else {
       mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
     }
-    if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, -INFINITY, a, kn, j0, tw + g);
+    if constexpr (MK)
+      mask_scale<MR>(s, a, io, mb, mh, kn, j0, tw + g, sl);
+    else if (kn < TR || (a.causal && j0 + TR - 1 > tw))
+      mask_rows<MR>(s, -INFINITY, a, kn, j0, tw + g);
     unsigned p[MR][4][4];
 #pragma unroll
     for (int i = 0; i < MR; i++) {
@@ -490,7 +522,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
         for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[i][n][2 * h], s[i][n][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 2));
-        float mn = fmaxf(m[i][h], mx * sl); /* sl > 0: the largest of the s sl */
+        float mn = fmaxf(m[i][h], mx * su); /* su > 0: the largest of the s su */
         mu[h] = mn == -INFINITY ? 0.f : mn; /* nothing visible yet: every p is 0 */
         al[h] = rg_ex2(m[i][h] - mu[h]);    /* 0 while m = -inf */
         m[i][h] = mn;
@@ -500,7 +532,7 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
       for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          s[i][n][e] = rg_ex2(fmaf(s[i][n][e], sl, -mu[e >> 1])); /* masked: 2^-inf = 0 */
+          s[i][n][e] = rg_ex2(fmaf(s[i][n][e], su, -mu[e >> 1])); /* masked: 2^-inf = 0 */
           ps[e >> 1] += s[i][n][e];
         }
       ls[i][0] = ls[i][0] * al[0] + ps[0];
@@ -534,8 +566,9 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR)) att_fwd_mma(const att_io io, 
 /* Backward kernel 1, per query tile of 64 MR rows, warp w owning query rows
    16 MR w .. 16 MR w + 16 MR - 1: delta of its rows (to scratch), g rounded to bf16 (to
    gc, when not NULL: rows of d8 in the order of lse's, for kernel 2), then dq. Shared:
-   Qs, Gs [64 MR][DM + 8], and Ks, Vs twice (as in the forward), [64][DM + 8] bf16. */
-template <int DM, int MR>
+   Qs, Gs [64 MR][DM + 8], and Ks, Vs twice (as in the forward), [64][DM + 8] bf16. MK:
+   with the masks, p = 2^(mask_scale's s - lse log2(e)). */
+template <int DM, int MR, bool MK>
 __global__ void __launch_bounds__(MT, MMB(DM, MR))
     att_bwd_q_mma(const att_io io, float *__restrict__ delta, bf16 *__restrict__ gc,
                   const att_dims a) {
@@ -589,14 +622,24 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
     acc8 s[MR][8];
     unsigned p[MR][4][4], ds[MR][4][4];
     mma_nt<DM, MR, TR>(s, Qs + WR * w * LD, Ks, a.dn);
+    if constexpr (MK) {
+      mask_scale<MR>(s, a, io, bh / a.H, bh % a.H, kn, j0, tw + g, sl);
 #pragma unroll
-    for (int i = 0; i < MR; i++)
+      for (int i = 0; i < MR; i++)
 #pragma unroll
-      for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-          s[i][n][e] = rg_ex2(fmaf(s[i][n][e], sl, -lg[i][e >> 1]));
-    if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, 0.f, a, kn, j0, tw + g);
+          for (int e = 0; e < 4; e++) s[i][n][e] = rg_ex2(s[i][n][e] - lg[i][e >> 1]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < MR; i++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            s[i][n][e] = rg_ex2(fmaf(s[i][n][e], sl, -lg[i][e >> 1]));
+      if (kn < TR || (a.causal && j0 + TR - 1 > tw)) mask_rows<MR>(s, 0.f, a, kn, j0, tw + g);
+    }
 #pragma unroll
     for (int i = 0; i < MR; i++) to_a<TR>(p[i], s[i]);
     mma_nt<DM, MR, TR>(s, Gs + WR * w * LD, Vs, a.dn); /* dp */
@@ -625,8 +668,9 @@ __global__ void __launch_bounds__(MT, MMB(DM, MR))
    Shared: Ks, Vs [64 MR][DM + 8], and twice Qs, Gs [64][DM + 8] bf16 and Ls, Dl [64] f32
    (the query tile's lse log2(e) and delta): query tile i works from buffer i % 2 while
    tile i + 1 fills the other. G tiles come from kernel 1's bf16 copy gc by cp.async, or
-   when gc is NULL from f32 g, rounded here. */
-template <int DM, int MR>
+   when gc is NULL from f32 g, rounded here. MK: with the masks, each visible entry's
+   p = 2^(s sl + mask_at log2(e) - lse log2(e)), every other 0. */
+template <int DM, int MR, bool MK>
 __global__ void __launch_bounds__(MT, MMB_KV(DM))
     att_bwd_kv_mma(const att_io io, const float *__restrict__ delta,
                    const bf16 *__restrict__ gc, const att_dims a) {
@@ -694,6 +738,23 @@ __global__ void __launch_bounds__(MT, MMB_KV(DM))
       acc8 s[MR][QC / 8];
       unsigned p[MR][QC / 16][4], ds[MR][QC / 16][4];
       mma_nt<DM, MR, QC>(s, Ks + kw * LD, Qs + q0 * LD, a.dn); /* s^T */
+      if constexpr (MK) {
+#pragma unroll
+        for (int n = 0; n < QC / 8; n++) {
+          float2 lv = *(const float2 *)(Lt + q0 + 8 * n + c2);
+#pragma unroll
+          for (int i = 0; i < MR; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* key s0 + ck, query t0 + r */
+              int ck = kw + 16 * i + g + 8 * (e >> 1), r = q0 + 8 * n + c2 + (e & 1);
+              bool vis = ck < kn && r < tn && (!a.causal || t0 + r >= s0 + ck);
+              float x = vis ? fmaf(s[i][n][e], sl,
+                                   mask_at(io, a, bh / a.H, bh % a.H, t0 + r, s0 + ck) * LOG2E)
+                            : -INFINITY;
+              s[i][n][e] = rg_ex2(x - (e & 1 ? lv.y : lv.x));
+            }
+        }
+      } else {
 #pragma unroll
       for (int n = 0; n < QC / 8; n++) { /* the lane's 2 columns of tile n: 8-byte aligned */
         float2 lv = *(const float2 *)(Lt + q0 + 8 * n + c2);
@@ -718,6 +779,7 @@ __global__ void __launch_bounds__(MT, MMB_KV(DM))
                 if (r < lo || r >= hi) s[i][n][e] = 0.f;
               }
           }
+      }
       }
 #pragma unroll
       for (int i = 0; i < MR; i++) to_a<QC>(p[i], s[i]);
@@ -759,35 +821,38 @@ template <int DM> size_t msmem_bytes(int tiles, int floats) {
 
 /* The mma kernels at MR rows a warp: tiles of 64 MR rows (queries in the forward and
    kernel 1, keys in kernel 2) against walked tiles of 64. */
-template <int DM, int MR> rg_status fwd_mma(rg_kargs *k, const att_dims &a, const att_io &io) {
-  return launch_att(k, a, att_fwd_mma<DM, MR>, a.BH * cdiv(a.T, MR * TR), MT,
+template <int DM, int MR, bool MK = false>
+rg_status fwd_mma(rg_kargs *k, const att_dims &a, const att_io &io) {
+  return launch_att(k, a, att_fwd_mma<DM, MR, MK>, a.BH * cdiv(a.T, MR * TR), MT,
                     msmem_bytes<DM>(MR + 4, 0), io, a);
 }
-template <int DM, int MR>
+template <int DM, int MR, bool MK>
 rg_status bwd_q_mma(rg_kargs *k, const att_dims &a, const att_io &io, float *delta, bf16 *gc) {
-  return launch_att(k, a, att_bwd_q_mma<DM, MR>, a.BH * cdiv(a.T, MR * TR), MT,
+  return launch_att(k, a, att_bwd_q_mma<DM, MR, MK>, a.BH * cdiv(a.T, MR * TR), MT,
                     msmem_bytes<DM>(2 * MR + 4, MR * TR), io, delta, gc, a);
 }
-template <int DM, int MR>
+template <int DM, int MR, bool MK>
 rg_status bwd_kv_mma(rg_kargs *k, const att_dims &a, const att_io &io, const float *delta,
                      const bf16 *gc) {
-  return launch_att(k, a, att_bwd_kv_mma<DM, MR>, a.BH * cdiv(a.S, MR * TR), MT,
+  return launch_att(k, a, att_bwd_kv_mma<DM, MR, MK>, a.BH * cdiv(a.S, MR * TR), MT,
                     msmem_bytes<DM>(2 * MR + 4, 4 * TR), io, delta, gc, a);
 }
 
 /* The kernels at DM = 64 or 128. The forward at MR = 2 (see the header); but where its
    grid is under two blocks an SM, MR = 1's twice as many blocks of half the work finish
-   sooner. */
+   sooner. A masked call (MK) runs at MR = 1: one instantiation fewer, and no register
+   pressure of the mask's reads beside MR = 2's accumulators. */
 template <int DM> rg_status fwd(rg_kargs *k, const att_dims &a, const att_io &io) {
+  if (io.kp || io.bias) return fwd_mma<DM, 1, true>(k, a, io);
   return a.BH * cdiv(a.T, 2 * TR) < 2 * rg_cuda_ctx(k)->sms ? fwd_mma<DM, 1>(k, a, io)
                                                              : fwd_mma<DM, 2>(k, a, io);
 }
 /* The backward at MR = 1 (see the header). */
-template <int DM>
+template <int DM, bool MK>
 rg_status bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta, bf16 *gc) {
-  rg_status st = bwd_q_mma<DM, 1>(k, a, io, delta, gc);
+  rg_status st = bwd_q_mma<DM, 1, MK>(k, a, io, delta, gc);
   if (st != RG_OK || (!io.dk && !io.dv) || a.S == 0) return st;
-  return bwd_kv_mma<DM, 1>(k, a, io, delta, gc);
+  return bwd_kv_mma<DM, 1, MK>(k, a, io, delta, gc);
 }
 
 } /* namespace */
@@ -798,5 +863,7 @@ rg_status rg_cuda_att_mma_fwd(rg_kargs *k, const att_dims &a, const att_io &io) 
 
 rg_status rg_cuda_att_mma_bwd(rg_kargs *k, const att_dims &a, const att_io &io, float *delta,
                               bf16 *gc) {
-  return a.D <= 64 ? bwd<64>(k, a, io, delta, gc) : bwd<128>(k, a, io, delta, gc);
+  if (io.kp || io.bias)
+    return a.D <= 64 ? bwd<64, true>(k, a, io, delta, gc) : bwd<128, true>(k, a, io, delta, gc);
+  return a.D <= 64 ? bwd<64, false>(k, a, io, delta, gc) : bwd<128, false>(k, a, io, delta, gc);
 }

@@ -58,6 +58,7 @@ typedef struct rg_cuda_state {
   size_t cur_cap;
   gentry last;        /* the previous drain's signature, to explain a miss */
   void *bounce;       /* pinned buffer that reads of up to BOUNCE bytes go through */
+  cudaEvent_t handoff; /* rg_export: recorded on the stream, waited for by the borrower's */
   /* RG_PROFILE=1: drains run eagerly with an event pair around each node, and the
      device time per op (all drains but the first PROF_SKIP, which pay for loading
      kernels) is printed to stderr when the context closes. */
@@ -66,7 +67,17 @@ typedef struct rg_cuda_state {
   size_t nev;
   double prof_ms[RG_OP_COUNT];
   long long prof_calls[RG_OP_COUNT], prof_drains, prof_seen;
+  /* What this drain's events time: TIMED_NODES, ev holds a pair per node (RG_PROFILE, or
+     an eager drain while the trace file is on); TIMED_GRAPH, gev brackets the launch of a
+     graph (trace file); 0, nothing. t_issue: host time (rg__trace_now) when the first of
+     them was issued, where the trace places the device spans. */
+  int timed;
+  cudaEvent_t gev[2];
+  double t_issue;
+  const char *grun;   /* the timed graph's run: "first" (just captured) or "replay" */
 } rg_cuda_state;
+
+enum { TIMED_NODES = 1, TIMED_GRAPH = 2 };
 
 #define BOUNCE ((size_t)1 << 20)
 #define PROF_SKIP 2
@@ -170,6 +181,8 @@ static rg_status cuda_open(rg_ctx *ctx) {
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->lt_ws, L->lt_ws_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMalloc(&L->scratch, L->scratch_bytes));
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaHostAlloc(&s->bounce, BOUNCE, 0));
+  if (st == RG_OK) /* made here, where the context's GPU is current, as its stream is */
+    st = RG_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&s->handoff, cudaEventDisableTiming));
   if (st == RG_OK)
     st = RG_CUDA_CHECK(ctx, cudaHostAlloc((void **)&s->err_host, sizeof(rg_cuda_err), 0));
   if (st == RG_OK) {
@@ -246,6 +259,8 @@ static void cuda_close(rg_ctx *ctx) {
   }
   for (size_t i = 0; i < s->nev; i++) cudaEventDestroy(s->ev[i]);
   rg__free(ctx, s->ev);
+  for (int i = 0; i < 2; i++)
+    if (s->gev[i]) cudaEventDestroy(s->gev[i]);
   rg_cuda_drop_graphs(ctx);
   drop_entry(ctx, &s->last);
   rg__free(ctx, s->cur);
@@ -262,6 +277,7 @@ static void cuda_close(rg_ctx *ctx) {
   cudaFree(L->err);
   cudaFree(L->ce_check);
   if (s->bounce) cudaFreeHost(s->bounce);
+  if (s->handoff) cudaEventDestroy(s->handoff);
   if (L->stream) cudaStreamDestroy(L->stream);
   (void)cudaGetLastError();
   rg__free(ctx, s);
@@ -329,6 +345,41 @@ static rg_status cuda_meminfo(rg_ctx *ctx, size_t *available, size_t *total) {
   return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaMemGetInfo(available, total)) : st;
 }
 
+/* ---- sharing memory (share.c) --------------------------------------------------------- */
+
+static void *cuda_stream(rg_ctx *ctx) { return (void *)state(ctx)->L.stream; }
+
+/* The borrower's stream waits, on the device, for everything queued on the context's;
+   NULL (the host) synchronises. */
+static rg_status cuda_handoff(rg_ctx *ctx, void *stream) {
+  rg_cuda_state *s = state(ctx);
+  if (!stream) return RG_CUDA_CHECK(ctx, cudaStreamSynchronize(s->L.stream));
+  cudaStream_t b = (cudaStream_t)stream;
+  if (b == s->L.stream) return RG_OK; /* ordered already */
+  rg_status st = RG_CUDA_CHECK(ctx, cudaEventRecord(s->handoff, s->L.stream));
+  return st == RG_OK ? RG_CUDA_CHECK(ctx, cudaStreamWaitEvent(b, s->handoff, 0)) : st;
+}
+
+/* Device (or managed) memory of the context's GPU; host memory, pinned or not, is
+   refused: the kernels would read it across the bus, or fault. */
+static rg_status cuda_owns(rg_ctx *ctx, const void *p, char *msg, size_t msgcap) {
+  cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(msg, msgcap, "CUDA does not know the address %p (%s)", p, cudaGetErrorString(e));
+    return RG_ERR_MISUSE;
+  }
+  bool device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  if (device && a.device == state(ctx)->dev) return RG_OK;
+  if (device)
+    snprintf(msg, msgcap, "the address %p is memory of cuda:%d", p, a.device);
+  else
+    snprintf(msg, msgcap, "the address %p is %s memory, not the GPU's", p,
+             a.type == cudaMemoryTypeHost ? "pinned host" : "host");
+  return RG_ERR_MISUSE;
+}
+
 typedef rg_status (*rg_cuda_fn)(rg_kargs *k);
 static const rg_cuda_fn launchers[] = {
 #define RG_CUDA_ROW(E, n, ...) rg_cuda_##n,
@@ -363,7 +414,11 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
              "rank. Fix the cause on that rank", e.value);
     return RG_ERR_FAILED;
   }
-  if (e.code == RG_CUDA_E_INDEX)
+  if (e.code == RG_CUDA_E_RING)
+    snprintf(msg, cap, RG_RING_INDEX_MSG, e.value, e.pos, e.limit, e.limit);
+  else if (e.code == RG_CUDA_E_EMPTY)
+    snprintf(msg, cap, RG_RING_EMPTY_MSG);
+  else if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);
   else
@@ -521,6 +576,25 @@ static bool needs_join(rg_ctx *ctx, const rg_node *n) {
   return false;
 }
 
+/* At least want timing events in s->ev; false (CUDA's error cleared) if they cannot be
+   made. */
+static bool have_events(rg_ctx *ctx, rg_cuda_state *s, size_t want) {
+  size_t have = s->nev;
+  if (want <= have) return true;
+  bool ok = rg__grow(ctx, (void **)&s->ev, sizeof *s->ev, want, &have);
+  while (ok && s->nev < want)
+    if ((ok = cudaEventCreate(&s->ev[s->nev]) == cudaSuccess)) s->nev++;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
+/* Records a timing event on the stream; a failure leaves this drain untimed. */
+static void mark(rg_cuda_state *s, cudaEvent_t e) {
+  if (cudaEventRecord(e, s->L.stream) == cudaSuccess) return;
+  (void)cudaGetLastError();
+  s->timed = 0;
+}
+
 static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
                             size_t msgcap) {
   rg_cuda_state *s = state(ctx);
@@ -540,9 +614,9 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
     s->L.node = (int)(i - first); /* relative: a replay may start at another index */
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
-    if (s->prof) cudaEventRecord(s->ev[2 * (i - first)], s->L.stream);
+    if (s->timed == TIMED_NODES) mark(s, s->ev[2 * (i - first)]);
     rg_status st = launchers[n->op](&k);
-    if (s->prof) cudaEventRecord(s->ev[2 * (i - first) + 1], s->L.stream);
+    if (s->timed == TIMED_NODES) mark(s, s->ev[2 * (i - first) + 1]);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = rg_cuda_check_finite(&k);
     if (st != RG_OK) {
@@ -556,30 +630,84 @@ static rg_status launch_all(rg_ctx *ctx, size_t first, size_t last, size_t *fail
   return je == cudaSuccess ? RG_OK : join_failed(je, last - 1, failed, msg, msgcap);
 }
 
+/* launch_all, with each node between an event pair while the trace file is on (the
+   device time of each op, written after the drain's synchronisation by trace_device). */
+static rg_status eager(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
+                       size_t msgcap) {
+  rg_cuda_state *s = state(ctx);
+  if (ctx->trace && have_events(ctx, s, 2 * (last - first))) {
+    s->timed = TIMED_NODES;
+    s->t_issue = rg__trace_now(ctx);
+  }
+  return launch_all(ctx, first, last, failed, msg, msgcap);
+}
+
+/* cudaGraphLaunch; while the trace file is on, between the gev pair and inside a host
+   span named what ("replay", or "launch" of a graph just captured). */
+static cudaError_t launch_graph(rg_ctx *ctx, cudaGraphExec_t exec, size_t nodes,
+                                const char *what) {
+  rg_cuda_state *s = state(ctx);
+  if (!ctx->trace) return cudaGraphLaunch(exec, s->L.stream);
+  for (int i = 0; i < 2; i++)
+    if (!s->gev[i] && cudaEventCreate(&s->gev[i]) != cudaSuccess) (void)cudaGetLastError();
+  double ts = rg__trace_now(ctx);
+  s->timed = s->gev[0] && s->gev[1] ? TIMED_GRAPH : 0;
+  s->t_issue = ts;
+  s->grun = what[0] == 'r' ? "replay" : "first";
+  if (s->timed) mark(s, s->gev[0]);
+  cudaError_t e = cudaGraphLaunch(exec, s->L.stream);
+  if (e != cudaSuccess) s->timed = 0;
+  else if (s->timed) mark(s, s->gev[1]);
+  rg__trace_event(ctx, 'X', RG_TRACK_HOST, what, ts, rg__trace_now(ctx) - ts,
+                  "\"nodes\":%zu,\"status\":\"%s\"", nodes, cudaGetErrorName(e));
+  return e;
+}
+
+/* The device spans of a drain that ran (see timed): one per node, or one for the graph. */
+static void trace_device(rg_ctx *ctx, size_t first, size_t last) {
+  rg_cuda_state *s = state(ctx);
+  float ms = 0, at = 0;
+  if (s->timed == TIMED_GRAPH) {
+    if (cudaEventElapsedTime(&ms, s->gev[0], s->gev[1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    rg__trace_event(ctx, 'X', RG_TRACK_DEVICE, "graph", s->t_issue, 1e3 * (double)ms,
+                    "\"nodes\":%zu,\"first\":%zu,\"run\":\"%s\"", last - first, first,
+                    s->grun);
+    return;
+  }
+  for (size_t i = first; s->timed == TIMED_NODES && i < last; i++) {
+    cudaEvent_t *e = &s->ev[2 * (i - first)];
+    if (cudaEventElapsedTime(&at, s->ev[0], e[0]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e[0], e[1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    rg__trace_op(ctx, i, s->t_issue + 1e3 * (double)at, 1e3 * (double)ms);
+  }
+}
+
 /* Runs [first, last): replays the cached graph of an identical earlier drain, captures
    one after GRAPH_WARMUP eager runs, else launches eagerly. Then one synchronisation. */
 static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *failed, char *msg,
                            size_t msgcap) {
   rg_cuda_state *s = state(ctx);
   size_t n = last - first;
+  s->timed = 0;
   if (s->prof) { /* eager, with 2n events */
-    size_t have = s->nev, want = 2 * n;
-    if (want > have) {
-      bool ok = rg__grow(ctx, (void **)&s->ev, sizeof *s->ev, want, &have);
-      while (ok && s->nev < want)
-        if ((ok = cudaEventCreate(&s->ev[s->nev]) == cudaSuccess)) s->nev++;
-      if (!ok) {
-        *failed = first;
-        snprintf(msg, msgcap, "RG_PROFILE: cannot make the timing events");
-        (void)cudaGetLastError();
-        return RG_ERR_OOM;
-      }
+    if (!have_events(ctx, s, 2 * n)) {
+      *failed = first;
+      snprintf(msg, msgcap, "RG_PROFILE: cannot make the timing events");
+      return RG_ERR_OOM;
     }
+    s->timed = TIMED_NODES;
+    s->t_issue = ctx->trace ? rg__trace_now(ctx) : 0;
     return launch_all(ctx, first, last, failed, msg, msgcap);
   }
   size_t cap = s->cur_cap;
   if (!rg__grow(ctx, (void **)&s->cur, sizeof *s->cur, n, &cap)) /* no cache: run eagerly */
-    return launch_all(ctx, first, last, failed, msg, msgcap);
+    return eager(ctx, first, last, failed, msg, msgcap);
   s->cur_cap = cap;
   for (size_t i = 0; i < n; i++) sign(ctx, &ctx->nodes[first + i], &s->cur[i]);
   gentry *e = lookup(s, s->cur, n);
@@ -587,7 +715,7 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
     e->used = ++s->tick;
     ctx->st.graph_replays++;
     ctx->st.launches++;
-    cudaError_t ce = cudaGraphLaunch(e->exec, s->L.stream);
+    cudaError_t ce = launch_graph(ctx, e->exec, n, "replay");
     if (ce == cudaSuccess) return RG_OK;
     *failed = first;
     snprintf(msg, msgcap, "cudaGraphLaunch failed: %s", cudaGetErrorString(ce));
@@ -599,7 +727,7 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
   if (!e) {
     e = victim(ctx, s);
     e->sig = (nsig *)rg__malloc(ctx, n * sizeof *e->sig);
-    if (!e->sig) return launch_all(ctx, first, last, failed, msg, msgcap);
+    if (!e->sig) return eager(ctx, first, last, failed, msg, msgcap);
     memcpy(e->sig, s->cur, n * sizeof *e->sig);
     e->n = n;
   }
@@ -612,19 +740,25 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
     s->last.sig = keep;
     s->last.n = n;
   }
-  if (e->seen++ < GRAPH_WARMUP) return launch_all(ctx, first, last, failed, msg, msgcap);
-  /* Capture: the launchers record into a graph instead of running. */
+  if (e->seen++ < GRAPH_WARMUP) return eager(ctx, first, last, failed, msg, msgcap);
+  /* Capture: the launchers record into a graph instead of running (untimed: events
+     recorded during a capture would be nodes of the graph). */
   cudaGraph_t g = NULL;
+  double ts = ctx->trace ? rg__trace_now(ctx) : 0;
   cudaError_t ce = cudaStreamBeginCapture(s->L.stream, cudaStreamCaptureModeThreadLocal);
   rg_status st = ce == cudaSuccess ? launch_all(ctx, first, last, failed, msg, msgcap)
                                    : RG_ERR_DEVICE;
   cudaError_t ee = cudaStreamEndCapture(s->L.stream, &g);
-  if (st == RG_OK && ce == cudaSuccess && ee == cudaSuccess && g &&
-      cudaGraphInstantiate(&e->exec, g, 0) == cudaSuccess) {
+  bool made = st == RG_OK && ce == cudaSuccess && ee == cudaSuccess && g &&
+              cudaGraphInstantiate(&e->exec, g, 0) == cudaSuccess;
+  if (ctx->trace)
+    rg__trace_event(ctx, 'X', RG_TRACK_HOST, "capture", ts, rg__trace_now(ctx) - ts,
+                    "\"nodes\":%zu,\"captured\":%s", n, made ? "true" : "false");
+  if (made) {
     cudaGraphDestroy(g);
     ctx->st.graph_captures++;
     ctx->st.launches++;
-    ce = cudaGraphLaunch(e->exec, s->L.stream);
+    ce = launch_graph(ctx, e->exec, n, "launch");
     if (ce == cudaSuccess) return RG_OK;
   }
   if (g) cudaGraphDestroy(g);
@@ -632,7 +766,7 @@ static rg_status run_queue(rg_ctx *ctx, size_t first, size_t last, size_t *faile
   if (st != RG_OK) return st; /* a launcher refused: the same answer eagerly */
   /* Not capturable: never try this signature again, run it eagerly now. */
   e->seen = -1000000;
-  return launch_all(ctx, first, last, failed, msg, msgcap);
+  return eager(ctx, first, last, failed, msg, msgcap);
 }
 
 static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
@@ -684,7 +818,8 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
     if (small) memcpy(rb->dst, s->bounce, rb->bytes);
     rb->done = true;
   }
-  if (s->prof && s->prof_seen++ >= PROF_SKIP) {
+  if (ctx->trace) trace_device(ctx, first, last);
+  if (s->prof && s->timed == TIMED_NODES && s->prof_seen++ >= PROF_SKIP) {
     s->prof_drains++;
     for (size_t i = first; i < last; i++) {
       float ms = 0;
@@ -723,4 +858,11 @@ extern "C" const rg_backend rg_cuda_backend = {
     cuda_probe,
     cuda_meminfo,
     cuda_available,
+    /* import_align: the widest access a kernel makes from a tensor's start is 16 bytes
+       (float4, 8 bf16 in a uint4, cp.async of 16; cuDNN is told 16); cuBLASLt is told
+       each operand's real alignment (matmul.cu), and the row kernels test theirs. */
+    16,
+    cuda_stream,
+    cuda_handoff,
+    cuda_owns,
 };

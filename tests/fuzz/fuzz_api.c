@@ -1006,11 +1006,24 @@ static void op_attention(fz *F) {
   if (u8(F) % 8 == 0) sk = bcast_like(F, sk);
   rg_tensor q = operand(F, &sq), k = operand(F, &sk), v = operand(F, &sk);
   int causal = below(F, 3);
-  pre(F, "rg_attention");
+  /* rg_attention_mask: key padding [B,S] (0 or 1 each), a bias broadcast to [B,H,T,S] */
+  int masked = (sel >> 5) & 1;
+  rg_tensor kp = RG_NONE, bias = RG_NONE;
+  if (masked) {
+    shp sp = {RG_I32, 2, {B, S}}, sb = bcast_like(F, (shp){RG_F32, 4, {B, H, T, S}});
+    if (u8(F) & 1) kp = operand_r(F, &sp, RG_I32, 2);
+    if (u8(F) & 1) bias = operand(F, &sb);
+  }
+  pre(F, masked ? "rg_attention_mask" : "rg_attention");
   note(F, q, 1, 0);
   note(F, k, 2, 0);
   note(F, v, 3, 0);
-  rg_tensor r = rg_attention(F->ctx, q, k, v, causal);
+  if (masked) {
+    note(F, kp, 4, 1);
+    note(F, bias, 5, 1);
+  }
+  rg_tensor r = masked ? rg_attention_mask(F->ctx, q, k, v, causal, kp, bias)
+                       : rg_attention(F->ctx, q, k, v, causal);
   post(F, !r.id);
   track(F, r, 1);
 }
@@ -1942,7 +1955,7 @@ static void op_gpt(fz *F) {
   int k = below(F, 5);
   if (k == 0 || !F->gpt) {
     rg_gpt_config c = {nsize(F), nsize(F), below(F, 3), nsize(F), 1 + below(F, 2),
-                       u8(F) % 4 ? 0 : 0.1f};
+                       u8(F) % 4 ? 0 : 0.1f, 0};
     if (u8(F) % 8 == 0) c.heads = nsize(F);
     char prefix[16];
     snprintf(prefix, sizeof prefix, "g%d.", below(F, 3));

@@ -141,6 +141,7 @@ void config_string(const opts *o, const task *t, char *out, size_t cap) {
 }
 void task_string(const task *t, char *out, size_t cap) {
   if (t->kind == TASK_TEXT) snprintf(out, cap, "text");
+  else if (t->kind == TASK_TOKENS) snprintf(out, cap, "tokens");
   else snprintf(out, cap, "addition digits=%d", t->digits);
 }
 /* What a resumed run takes over when not told otherwise (the lr schedule's inputs). */
@@ -194,9 +195,20 @@ int resume_options(opts *o, const unsigned char *given, ckpt_meta *m) {
     errorf("--resume '%s': %s", o->resume, bad);
     return EXIT_USAGE;
   }
-  int file_text = !strcmp(m->task, "text");
-  if (!file_text && strncmp(m->task, "addition", 8)) {
+  int file_text = !strcmp(m->task, "text"), file_tokens = !strcmp(m->task, "tokens");
+  if (!file_text && !file_tokens && strncmp(m->task, "addition", 8)) {
     errorf("--resume '%s': unknown task '%s' in its metadata", o->resume, m->task);
+    return EXIT_USAGE;
+  }
+  if (o->tokens && !file_tokens) {
+    errorf("--resume '%s' holds a %s model (%s), and --tokens trains a token model: leave "
+           "out --tokens to continue it, or leave out --resume to train a new token model",
+           o->resume, file_text ? "text" : "addition", m->task);
+    return EXIT_USAGE;
+  }
+  if (file_tokens && (o->text || given_opt(given, "digits"))) {
+    errorf("--resume '%s' holds a token model; --%s sets up another task: leave it out (or "
+           "--resume, to train a new model)", o->resume, o->text ? "text" : "digits");
     return EXIT_USAGE;
   }
   if (o->text && !file_text) {

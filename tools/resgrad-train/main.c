@@ -73,8 +73,13 @@ int set_schedule(run *r) {
 
 rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int64_t B) {
   int64_t dims[2] = {B, r->t.T};
-  rg_tensor x = rg_input(r->ctx, RG_I32, 2, dims, idx);
-  rg_tensor y = rg_input(r->ctx, RG_I32, 2, dims, tgt);
+  rg_tensor x, y;
+  if (!idx) { /* --tokens: the data's next batch, gathered while the last step ran */
+    if (rg_data_batch(r->data, B, r->t.T, 1, &x, &y) != RG_OK) return RG_NONE;
+  } else {
+    x = rg_input(r->ctx, RG_I32, 2, dims, idx);
+    y = rg_input(r->ctx, RG_I32, 2, dims, tgt);
+  }
   return r->t.kind == TASK_ADD ? rg_gpt_loss_ignore(r->gpt, x, y, IGNORE_TOKEN)
                                : rg_gpt_loss(r->gpt, x, y);
 }
@@ -209,7 +214,9 @@ static int report_nonfinite(run *r, int64_t step, float loss, rg_status st) {
     rg_set_check_finite(ctx, 1);
     rg_clear_error(ctx);
     rg_status s = rg_step_begin(ctx);
-    if (s == RG_OK) s = rg_backward(ctx, batch_loss(r, r->idx, r->tgt, r->o->batch));
+    if (s == RG_OK && r->data) s = rg_data_seek(r->data, step); /* that step's batch again */
+    if (s == RG_OK)
+      s = rg_backward(ctx, batch_loss(r, r->data ? NULL : r->idx, r->tgt, r->o->batch));
     if (s == RG_OK) s = rg_sync(ctx);
     snprintf(what, sizeof what, "%s", s != RG_OK ? rg_errmsg(ctx)
              : "every output of the step's forward and backward is finite when recomputed; "
@@ -232,8 +239,9 @@ static int train(run *r) {
   int64_t stop = o->stop_at ? o->stop_at : o->steps;
   int64_t every = o->eval_every ? o->eval_every : (o->steps / 25 > 0 ? o->steps / 25 : 1);
   if (r->step >= stop) return 0;
-  if (r->t.kind == TASK_TEXT && !r->t.data) {
-    errorf("to train the model of --resume '%s' further, give its --text FILE", o->resume);
+  if ((r->t.kind == TASK_TEXT && !r->t.data) || (r->t.kind == TASK_TOKENS && !r->data)) {
+    errorf("to train the model of --resume '%s' further, give its %s FILE", o->resume,
+           r->t.kind == TASK_TEXT ? "--text" : "--tokens");
     return EXIT_USAGE;
   }
   int heldout = r->t.ho_n && !r->rank; /* rank 0 evaluates for all: same weights */
@@ -243,10 +251,10 @@ static int train(run *r) {
     rg_stats a, b;
     float loss = 0;
     int64_t s = r->step;
-    make_batch(&r->t, o->seed, s, r->rank * o->batch, o->batch, r->idx, r->tgt);
+    if (!r->data) make_batch(&r->t, o->seed, s, r->rank * o->batch, o->batch, r->idx, r->tgt);
     rg_stats_get(r->ctx, &a);
     double t0 = now_s();
-    rg_status st = train_step(r, r->idx, r->tgt, &loss);
+    rg_status st = train_step(r, r->data ? NULL : r->idx, r->tgt, &loss);
     r->t_train += now_s() - t0;
     rg_stats_get(r->ctx, &b);
     if (st == RG_ERR_NONFINITE || (st == RG_OK && !isfinite(loss)))
@@ -293,7 +301,10 @@ static void summary(run *r, int have_ho, float ho) {
     printf("no training steps ran (the model is at step %lld of %lld)\n", (long long)r->step,
            (long long)o->steps);
   }
-  if (have_ho && r->t.kind == TASK_TEXT)
+  if (have_ho && r->t.kind == TASK_TOKENS)
+    printf("held-out loss %.9g (%lld windows of %lld tokens of --val-tokens)\n", (double)ho,
+           (long long)r->t.ho_n, (long long)r->t.T);
+  else if (have_ho && r->t.kind == TASK_TEXT)
     printf("held-out loss %.9g (%.3f bits/byte, %lld windows of %lld bytes)\n", (double)ho,
            (double)ho / log(2.0), (long long)r->t.ho_n, (long long)r->t.T);
   else if (have_ho)
@@ -337,6 +348,17 @@ static int join_ranks(run *r) {
   return 0;
 }
 
+/* --trace's file: the path, or with --distributed "-rankR" before its extension (so each
+   rank writes its own; the rank is RG_RANK's, which resgrad-run sets). */
+static const char *trace_path(const opts *o, char *buf, size_t cap) {
+  const char *rank = getenv("RG_RANK");
+  if (!o->distributed || !rank || !*rank) return o->trace;
+  const char *slash = strrchr(o->trace, '/'), *dot = strrchr(o->trace, '.');
+  if (!dot || (slash && dot < slash)) dot = o->trace + strlen(o->trace);
+  snprintf(buf, cap, "%.*s-rank%.8s%s", (int)(dot - o->trace), o->trace, rank, dot);
+  return buf;
+}
+
 int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   const opts *o = r->o;
   rg_options ro = {0};
@@ -349,7 +371,13 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   ro.pass_budget = pass_budget;
   ro.persistent_budget = persistent_budget;
   ro.nonfinite_checkpoints = (int)o->allow_nonfinite;
+  char trace[4096 + 32];
+  if (o->trace && !dry) ro.trace_path = trace_path(o, trace, sizeof trace);
   rg_status st = rg_open(&r->ctx, &ro);
+  if (st == RG_ERR_IO && ro.trace_path) {
+    errorf("--trace '%s': cannot write the trace file there (RG_ERR_IO)", ro.trace_path);
+    return EXIT_RUNTIME;
+  }
   if (st != RG_OK) {
     errorf("--device %s: cannot open it: %s%s", o->device, rg_status_str(st),
            st == RG_ERR_UNSUPPORTED ? " (no CUDA in this build or machine; use --device cpu)" : "");
@@ -362,7 +390,8 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
            (long long)((o->width + 127) / 128));
     return EXIT_USAGE;
   }
-  rg_gpt_config cfg = {r->t.vocab, r->t.T, o->layers, o->width, o->heads, 0.0f};
+  rg_gpt_config cfg = {r->t.vocab, r->t.T, o->layers, o->width, o->heads, 0.0f,
+                       (int)o->checkpoint_activations};
   r->gpt = rg_gpt_new(r->ctx, &cfg, NULL);
   if (!r->gpt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot build the model");
   rg_adamw_options ao = {o->lr, 0.9f, 0.99f, 1e-8f, o->wd};
@@ -372,7 +401,21 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
   return !rc && o->distributed && !dry ? join_ranks(r) : rc;
 }
 
+/* --tokens on the run's context: batch n of the file is step n's (rg_data_seek), for
+   this rank's share of each step's rows; its worker gathers step n + 1's rows while
+   step n runs. */
+static int open_data(run *r) {
+  const opts *o = r->o;
+  rg_data_options d = {.vocab = o->vocab, .seed = o->seed, .world = r->world, .rank = r->rank};
+  r->data = rg_data_open(r->ctx, o->tokens, &d);
+  if (!r->data || rg_data_seek(r->data, r->step) != RG_OK)
+    return rg_fail(r->ctx, rg_error(r->ctx), "--tokens");
+  return 0;
+}
+
 int close_model(run *r) {
+  rg_data_free(r->data);
+  r->data = NULL;
   rg_optim_free(r->opt);
   rg_gpt_free(r->gpt);
   rg_status st = rg_close(r->ctx);
@@ -429,8 +472,10 @@ static int prepare(run *r, size_t *pass_budget, size_t *persistent_budget) {
   if (rc >= 0) return rc;
   rc = o->resume ? resume_options(o, r->given, &r->meta) : 0;
   int text = o->text || !strcmp(r->meta.task, "text");
-  if (!rc && check_opts(o, r->given, text) >= 0) rc = EXIT_USAGE;
-  if (!rc && text) rc = task_text_init(&r->t, o, o->resume ? r->meta.vocab : NULL);
+  int tokens = o->tokens || !strcmp(r->meta.task, "tokens");
+  if (!rc && check_opts(o, r->given, text, tokens) >= 0) rc = EXIT_USAGE;
+  if (!rc && tokens) rc = task_tokens_init(&r->t, o);
+  else if (!rc && text) rc = task_text_init(&r->t, o, o->resume ? r->meta.vocab : NULL);
   else if (!rc) rc = task_add_init(&r->t, o);
   if (rc) return rc;
   config_string(o, &r->t, r->config, sizeof r->config);
@@ -451,6 +496,7 @@ static int run_all(opts *o, const unsigned char *given) {
   int rc = prepare(&r, &pass_budget, &persistent_budget);
   if (!rc) rc = open_model(&r, 0, pass_budget, persistent_budget);
   if (!rc && o->resume) rc = load_checkpoint(&r);
+  if (!rc && o->tokens) rc = open_data(&r);
   if (!rc) rc = alloc_buffers(&r);
   if (!rc) rc = train(&r);
   if (!rc) rc = finish(&r);

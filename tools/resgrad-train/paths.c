@@ -132,14 +132,17 @@ static int same_file(const file_id *a, const file_id *b) {
 }
 
 int check_paths(const opts *o, paths *out) {
-  file_id f[4];
-  int n = 0;
   const struct { const char *opt, *arg; int output; } want[] = {
     {"--text", o->text && strcmp(o->text, "-") ? o->text : NULL, 0},
+    {"--tokens", o->tokens, 0},
+    {"--val-tokens", o->val_tokens, 0},
     {"--resume", o->resume, 0},
     {"--save", o->save, 1},
     {"--plot", o->plot, 1},
+    {"--trace", o->trace, 1},
   };
+  file_id f[sizeof want / sizeof *want];
+  int n = 0;
   for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
     if (!want[i].arg) continue;
     memset(&f[n], 0, sizeof f[n]);

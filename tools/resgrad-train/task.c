@@ -282,3 +282,57 @@ int task_text_init(task *t, const opts *o, const char *ckpt_vocab) {
   return rc;
 }
 
+
+/* ---- token files ---------------------------------------------------------------------- */
+
+/* Opens path on ctx as the run will (every token below --vocab); EXIT_USAGE naming opt
+   and the library's reason when the file is not a token file of this vocabulary. */
+static rg_data *open_tokens(rg_ctx *ctx, const char *opt, const char *path, int64_t vocab) {
+  rg_data *d = rg_data_open(ctx, path, &(rg_data_options){.vocab = vocab, .no_prefetch = 1});
+  if (!d) errorf("%s '%s': %s", opt, path, rg_errmsg(ctx));
+  return d;
+}
+
+/* Tokens: both files checked on a CPU context of its own (the run's context does not
+   exist yet); the held-out rows are the first windows of --val-tokens, read back. */
+int task_tokens_init(task *t, const opts *o) {
+  t->kind = TASK_TOKENS;
+  t->vocab = o->vocab;
+  t->T = o->block;
+  if (!o->tokens) return 0; /* resumed for its summary only */
+  rg_ctx *ctx = NULL;
+  if (rg_open(&ctx, &(rg_options){.device = RG_DEVICE_CPU, .quiet = 1, .threads = 1}) != RG_OK) {
+    errorf("cannot open a CPU context to read --tokens");
+    return EXIT_RUNTIME;
+  }
+  int rc = 0;
+  rg_data *d = open_tokens(ctx, "--tokens", o->tokens, o->vocab);
+  if (!d) rc = EXIT_USAGE;
+  else if ((t->ntok = rg_data_tokens(d)) < o->batch * t->T + 1) {
+    errorf("--tokens '%s' has %lld tokens; --batch %lld of --block %lld needs at least %lld "
+           "(a smaller --batch or --block, or a larger file)", o->tokens, (long long)t->ntok,
+           (long long)o->batch, (long long)t->T, (long long)(o->batch * t->T + 1));
+    rc = EXIT_USAGE;
+  }
+  rg_data *v = !rc && o->val_tokens ? open_tokens(ctx, "--val-tokens", o->val_tokens, o->vocab)
+                                    : NULL;
+  if (!rc && o->val_tokens && !v) rc = EXIT_USAGE;
+  int64_t k = v ? (rg_data_tokens(v) - 1) / t->T : 0;
+  if (v && k < 1) {
+    errorf("--val-tokens '%s' has %lld tokens; --block %lld needs at least %lld",
+           o->val_tokens, (long long)rg_data_tokens(v), (long long)t->T, (long long)(t->T + 1));
+    rc = EXIT_USAGE;
+  }
+  if (!rc && v) {
+    k = k < HELD_OUT_LOSS_N / 4 ? k : HELD_OUT_LOSS_N / 4;
+    rc = alloc_heldout(t, k);
+    rg_tensor x, y;
+    size_t bytes = sizeof(int32_t) * (size_t)(k * t->T);
+    rg_status st = rc ? RG_OK : rg_data_batch(v, k, t->T, 0, &x, &y);
+    if (!rc && st == RG_OK) st = rg_read(ctx, x, t->ho_idx, bytes);
+    if (!rc && st == RG_OK) st = rg_read(ctx, y, t->ho_tgt, bytes);
+    if (!rc && st != RG_OK) rc = rg_fail(ctx, st, "reading --val-tokens");
+  }
+  rg_close(ctx); /* frees d and v */
+  return rc;
+}

@@ -6,7 +6,8 @@
  *   main.c     the run: checks, memory plan, training loop, summary
  *   options.c  the option table, parsing, --help, the checks of combinations
  *   paths.c    every path resolved and checked before any work; atomic file writes
- *   task.c     the addition and text tasks: batches, held-out sets, vocabularies
+ *   task.c     the addition, text and token-file tasks: batches, held-out sets,
+ *              vocabularies
  *   ckpt.c     checkpoint metadata (read before the model exists), save and load
  *   memory.c   a dry run of the step that says whether the run fits, before it starts
  *   decode.c   greedy answers (addition), sampling (text: temperature, top-k, top-p)
@@ -44,13 +45,13 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 /* ---- options (options.c) ---------------------------------------------------------------- */
 
 typedef struct opts {
-  const char *text, *device, *save, *resume, *plot, *prompt;
-  int64_t digits, block, layers, width, heads;
+  const char *text, *tokens, *val_tokens, *device, *save, *resume, *plot, *trace, *prompt;
+  int64_t vocab, digits, block, layers, width, heads;
   int64_t steps, stop_at, batch, warmup, threads, eval, eval_every, log_every, sample;
   int64_t save_every, top_k;
   float lr, wd, clip, temperature, top_p;
   uint64_t seed;
-  int64_t distributed, greedy, allow_nonfinite, help;
+  int64_t distributed, greedy, allow_nonfinite, checkpoint_activations, help;
 } opts;
 
 typedef enum opt_type { OPT_INT, OPT_REAL, OPT_U64, OPT_STR, OPT_FLAG } opt_type;
@@ -72,7 +73,7 @@ const char *opt_set(opts *o, const opt_row *r, const char *v, char *why, size_t 
    else the exit code (0 after --help). */
 int parse_args(opts *o, unsigned char *given, int argc, char **argv);
 /* Checks what single options cannot: combinations. Returns -1 or EXIT_USAGE. */
-int check_opts(const opts *o, const unsigned char *given, int text_task);
+int check_opts(const opts *o, const unsigned char *given, int text_task, int tokens_task);
 int given_opt(const unsigned char *given, const char *name);
 
 /* ---- messages (main.c) ------------------------------------------------------------------ */
@@ -111,7 +112,7 @@ uint64_t stream_seed(uint64_t seed, int stream, int64_t index);
 
 /* ---- tasks (task.c) --------------------------------------------------------------------- */
 
-typedef enum task_kind { TASK_ADD, TASK_TEXT } task_kind;
+typedef enum task_kind { TASK_ADD, TASK_TEXT, TASK_TOKENS } task_kind;
 
 typedef struct task {
   task_kind kind;
@@ -126,6 +127,7 @@ typedef struct task {
   int64_t ho_n;
   uint64_t *ev_a, *ev_b;      /* addition: held-out problems for accuracy */
   int64_t ev_n;
+  int64_t ntok;               /* tokens: tokens in --tokens (0: not given) */
 } task;
 
 void task_free(task *t);
@@ -133,6 +135,10 @@ int task_add_init(task *t, const opts *o);
 /* Text: the vocabulary from a checkpoint's hex string (when resuming) or from the bytes
    of --text (FILE, or standard input for "-"). */
 int task_text_init(task *t, const opts *o, const char *ckpt_vocab);
+/* Tokens: checks --tokens and --val-tokens (rg_data_open on a CPU context: format, size,
+   every token below --vocab) and reads the held-out rows from the start of
+   --val-tokens. */
+int task_tokens_init(task *t, const opts *o);
 void add_encode(int D, uint64_t a, uint64_t b, int32_t *seq);
 void add_row(const task *t, uint64_t a, uint64_t b, int32_t *idx, int32_t *tgt);
 /* Rows [first, first + B) of the batch of a step, a pure function of (seed, step). */
@@ -165,6 +171,7 @@ typedef struct run {
   rg_ctx *ctx;
   rg_gpt *gpt;
   rg_optim *opt;
+  rg_data *data;        /* tokens: --tokens, batch n = step n (rg_data_seek) */
   int32_t *idx, *tgt;   /* one training batch [batch, T] */
   int64_t step0, step;  /* first step of this run; steps completed */
   float *loss;          /* training loss of each step of this run */
@@ -190,8 +197,8 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget);
 int close_model(run *r);
 /* Sets the optimizer's learning-rate schedule from --lr, --warmup and --steps. */
 int set_schedule(run *r);
-/* Records one training step on rows idx, tgt [batch, T] and reads its loss (the step's
-   one barrier). */
+/* Records one training step on rows idx, tgt [batch, T] (NULL: the next batch of
+   r->data) and reads its loss (the step's one barrier). */
 rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float *loss);
 /* Loss on the held-out batch, in evaluation mode. */
 rg_status heldout_loss(run *r, float *out);
