@@ -81,3 +81,42 @@ ag_mse_loss <- function(pred, target) ag_mse(pred, target)
 #' @rdname ag_mse_loss
 #' @export
 ag_cross_entropy_loss <- function(logits, targets) ag_cross_entropy(logits, targets)
+
+#' Activation checkpointing
+#'
+#' Runs \code{f()} as a checkpoint region: the tensors its ops make go back to
+#' the pass pool when it returns, all but its result, and \code{backward}
+#' records their recomputation (the same ops on the same inputs: the same
+#' values and dropout masks) just before the region's gradients. The forward
+#' pass then holds the region's output instead of all its activations; the
+#' price is the region's ops run twice. Gradients are the same as without the
+#' region, bit for bit. A transformer block is the usual region.
+#'
+#' Regions do not nest. Every tensor the region made other than its result is
+#' refused afterwards (a \code{resgrad_error}): return the value needed later.
+#' The region's inputs must keep their values until \code{backward} (no
+#' \code{ag_write} or optimizer step in between). End regions before the loss.
+#' If \code{f} fails, the region is closed and the error passed on.
+#'
+#' @param f a function of no arguments that records ops and returns one
+#'   \code{ag_tensor} made by an op of the region.
+#' @param ctx a context; the default one if \code{NULL}.
+#' @return The result of \code{f()}.
+#' @examples
+#' ag_device("cpu")
+#' w <- ag_param(matrix(rnorm(6), 2, 3), name = "w_ckpt")
+#' x <- matrix(rnorm(8), 4, 2)
+#' h <- ag_checkpoint(function() ag_tanh(x %*% w))
+#' backward(ag_sum(h))
+#' dim(ag_grad(w))
+#' @export
+ag_checkpoint <- function(f, ctx = NULL) {
+  ctx <- .rg_ctx(ctx)
+  .Call(C_rgr_checkpoint_begin, ctx)
+  done <- FALSE
+  on.exit(if (!done) try(.Call(C_rgr_checkpoint_end, ctx, NULL), silent = TRUE))
+  out <- f()
+  done <- TRUE
+  .Call(C_rgr_checkpoint_end, ctx, out)
+  out
+}

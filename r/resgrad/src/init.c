@@ -28,7 +28,9 @@
   X(rgr_clip_grad_norm, 2) X(rgr_clip_grad_value, 2) X(rgr_save, 3) X(rgr_load, 3)         \
   X(rgr_meta_set, 3) X(rgr_meta_get, 2) X(rgr_nn_linear, 6) X(rgr_nn_embedding, 5)         \
   X(rgr_nn_layernorm, 4) X(rgr_gpt_new, 3) X(rgr_gpt_forward, 2) X(rgr_gpt_loss, 4)        \
-  X(rgr_gpt_param_count, 1) X(rgr_version, 0) X(rgr_ctx_of_tensor, 1) X(rgr_ctx_of_optim, 1)
+  X(rgr_gpt_param_count, 1) X(rgr_version, 0) X(rgr_ctx_of_tensor, 1) X(rgr_ctx_of_optim, 1) \
+  X(rgr_ring_new, 4) X(rgr_ring_push, 2) X(rgr_ring_gather, 2) X(rgr_ring_sample, 2)        \
+  X(rgr_ring_count, 1) X(rgr_ring_free, 1) X(rgr_checkpoint_begin, 1) X(rgr_checkpoint_end, 2)
 
 RGR_ROUTINES(RGR_DECL)
 #undef RGR_DECL

@@ -273,3 +273,17 @@ SEXP rgr_gradcheck(SEXP cx, SEXP fn, SEXP eps, SEXP max_elems) {
                       r.analytic, r.numeric};
   return rgr_named_reals(names, v, 6);
 }
+
+SEXP rgr_checkpoint_begin(SEXP cx) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rgr_check(ctx, rg_checkpoint_begin(ctx));
+  return R_NilValue;
+}
+
+/* out: the region's output, or NULL to close the region giving nothing back. */
+SEXP rgr_checkpoint_end(SEXP cx, SEXP out) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rg_tensor t = out == R_NilValue ? (rg_tensor){0} : rgr_handle(out);
+  rgr_check(ctx, rg_checkpoint_end(ctx, t));
+  return R_NilValue;
+}

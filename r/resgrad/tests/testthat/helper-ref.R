@@ -61,13 +61,20 @@ layernorm_r <- function(x, g, b, eps = 1e-5) {
 rmsnorm_r <- function(x, g, eps = 1e-5)
   x / sqrt(rowMeans(x * x) + eps) * matrix(g, nrow(x), ncol(x), byrow = TRUE)
 
-attention_r <- function(q, k, v, causal) {
+attention_r <- function(q, k, v, causal) attention_mask_r(q, k, v, causal)
+
+# pad: [B, S], nonzero masks a key; bias: [T, S], added to the scaled scores. A query
+# row with every key masked gives 0.
+attention_mask_r <- function(q, k, v, causal, pad = NULL, bias = NULL) {
   d <- dim(q)
   out <- array(0, d)
   for (b in seq_len(d[1])) for (h in seq_len(d[2])) {
     s <- q[b, h, , ] %*% t(k[b, h, , ]) / sqrt(d[4])
+    if (!is.null(bias)) s <- s + bias
     if (causal) s[col(s) > row(s)] <- -Inf
-    out[b, h, , ] <- softmax_r(s) %*% v[b, h, , ]
+    if (!is.null(pad)) s[, pad[b, ] != 0] <- -Inf
+    p <- t(apply(s, 1, function(r) if (all(r == -Inf)) 0 * r else exp(r - max(r)) / sum(exp(r - max(r)))))
+    out[b, h, , ] <- p %*% v[b, h, , ]
   }
   out
 }

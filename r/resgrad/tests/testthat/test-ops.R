@@ -52,6 +52,10 @@ CASES <- list(
                    function(t, i) array(t[as.vector(i) + 1, ], c(dim(i), ncol(t)))),
   attention = case(function() list(P(n(1, 2, 3, 4)), P(n(1, 2, 3, 4)), P(n(1, 2, 3, 4)), TRUE),
                    attention_r, tol = 1e-4),
+  attention_mask = case(function() list(P(n(2, 2, 4, 3)), P(n(2, 2, 4, 3)), P(n(2, 2, 4, 3)), TRUE,
+                                         C(rbind(c(0L, 0L, 1L, 0L), c(0L, 0L, 0L, 1L))),
+                                         C(n(4, 4))),
+                        attention_mask_r, tol = 1e-4),
   attention_qkv = case(function() list(P(n(2, 3, 12)), 2, TRUE), attention_qkv_r, tol = 1e-4),
   cross_entropy = case(function() list(P(n(4, 5)), C(c(0L, 4L, 2L, 2L))), xent_r, tol = 1e-4),
   cross_entropy_ignore = case(function() list(P(n(4, 5)), C(c(0L, -1L, 2L, 2L)), -1),
@@ -71,7 +75,9 @@ CASES <- list(
 # Calls of op-table rows that are not op functions, and the test that covers each.
 NON_OP_CALLS <- c(rg_input = "test-layout.R (ag_tensor)", rg_copy = "reshape, detach",
                   rg_zero_grad = "test-train.R", rg_clip_grad_norm = "test-train.R",
-                  rg_clip_grad_value = "test-train.R", rg_optim_step = "test-train.R")
+                  rg_clip_grad_value = "test-train.R", rg_optim_step = "test-train.R",
+                  rg_ring_push = "test-ring.R", rg_ring_gather = "test-ring.R",
+                  rg_ring_sample = "test-ring.R")
 
 test_that("every op has a case", {
   ops <- resgrad:::.rg_ops
