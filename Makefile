@@ -133,13 +133,15 @@ bench: configure
 # The R package (r/): bundled with the library's CPU sources and its generated bindings,
 # built with its vignette (needs R, r-cran-knitr, r-cran-rmarkdown and pandoc), then
 # checked as CRAN checks (needs r-cran-testthat, qpdf and devscripts' checkbashisms; the
-# check of the current time needs the network, so it is turned off).
+# checks of the current time and CRAN's incoming checks that query CRAN's servers need the
+# network, so they are turned off; --no-manual: the PDF manual needs LaTeX).
 R_BUILD ?= build-r
 r-package:
 	r/bundle.sh $(R_BUILD)
 
 r-check: r-package
-	cd $(R_BUILD) && _R_CHECK_SYSTEM_CLOCK_=FALSE MAKEFLAGS=-j$(JOBS) \
+	cd $(R_BUILD) && _R_CHECK_SYSTEM_CLOCK_=FALSE _R_CHECK_CRAN_INCOMING_REMOTE_=FALSE \
+	  MAKEFLAGS=-j$(JOBS) \
 	  R CMD check --as-cran --no-manual resgrad_*.tar.gz
 	@! grep -q -E '^Status: .*(ERROR|WARNING)' $(R_BUILD)/resgrad.Rcheck/00check.log
 

@@ -21,7 +21,9 @@
 #'   (CUDA).
 #' @param check_finite \code{TRUE}: the first NaN or Inf an op makes fails the
 #'   barrier, naming the op.
-#' @param quiet \code{FALSE}: the library prints its notices on stderr.
+#' @param quiet \code{FALSE}: the library's notices (such as the fall back from
+#'   \code{"auto"} to the CPU) are printed through R's \code{REprintf}
+#'   (the bundled library; one linked through pkg-config prints them on stderr).
 #' @param ... further fields of the library's \code{rg_options}:
 #'   \code{pass_budget}, \code{persistent_budget} (bytes), \code{max_pass_nodes},
 #'   \code{trace}, \code{device_index}.
