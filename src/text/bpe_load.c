@@ -16,9 +16,15 @@
  * table, the token's own UTF-8.
  *
  * tokenizer.json must describe GPT-2's pipeline: model BPE without dropout, word prefixes
- * or suffixes, byte fallback or ignore_merges; no normalizer; the ByteLevel
- * pre-tokenizer with GPT-2's pattern and no prefix space. Anything else would encode
- * differently here, so it is refused rather than approximated.
+ * or suffixes, byte fallback or ignore_merges; no normalizer (or an empty Sequence); the
+ * ByteLevel pre-tokenizer with GPT-2's pattern and no prefix space; the ByteLevel decoder
+ * and post-processor, or none; added tokens without lstrip, rstrip or single_word.
+ * Anything else would encode differently here, so it is refused rather than
+ * approximated. Merges may be "left right" strings or ["left", "right"] pairs (newer
+ * files). Added tokens, special or not, are cut out of the text whole, as tokenizers
+ * does; one the model's vocabulary lacks gets its id from added_tokens.
+ *
+ * A folder holding both formats is read through vocab.json and merges.txt.
  */
 #include "text/text.h"
 
@@ -353,13 +359,207 @@ static rg_bpe *load_pair(const char *vpath, const char *mpath, char *msg, size_t
   return bad ? fail(&b) : b.bpe;
 }
 
+/* ---- tokenizer.json ----------------------------------------------------------------- */
+
+/* Refuses a tokenizer.json whose node v (or the whole file, v < 0) is not GPT-2's
+   pipeline; what says what was found. */
+static int refuse(builder *b, const rg__json *j, const char *text, int32_t v,
+                  const char *what) {
+  long line = 1, col = 1;
+  if (v >= 0) rg__text_linecol(text, j->node[v].at, &line, &col);
+  rg__text_msg(b->msg, b->msg_size, "%s: line %ld: %s: rg_bpe reads only GPT-2's byte-level "
+               "BPE (model BPE, no normalizer, the ByteLevel pre-tokenizer without prefix "
+               "space), since any other tokenizer would encode differently here", b->file,
+               line, what);
+  return -1;
+}
+
+/* Whether v is absent, null, false, or an empty string. */
+static bool unset(const rg__json *j, int32_t v) {
+  if (v < 0) return true;
+  int t = j->node[v].type;
+  return t == RG__J_NULL || t == RG__J_FALSE || (t == RG__J_STR && !j->node[v].slen);
+}
+
+static bool is_true(const rg__json *j, int32_t v) {
+  return v >= 0 && j->node[v].type == RG__J_TRUE;
+}
+
+/* The string of the "type" entry of object v, or "" (so a message can quote it). */
+static const char *type_of(const rg__json *j, int32_t v) {
+  int32_t t = rg__json_get(j, v, "type");
+  return t >= 0 && j->node[t].type == RG__J_STR ? rg__json_str(j, t) : "";
+}
+
+/* Checks that the stages around the model are GPT-2's: no normalizer, the ByteLevel
+   pre-tokenizer (GPT-2's pattern, no prefix space), and, where given, the ByteLevel
+   decoder and a post-processor that adds no token. */
+static int check_pipeline(builder *b, const rg__json *j, const char *text) {
+  char what[192];
+  int32_t norm = rg__json_get(j, 0, "normalizer");
+  if (!unset(j, norm)) {
+    int32_t list = rg__json_get(j, norm, "normalizers");
+    if (strcmp(type_of(j, norm), "Sequence") || list < 0 || j->node[list].count) {
+      snprintf(what, sizeof what, "the normalizer is %s", *type_of(j, norm)
+               ? type_of(j, norm) : "set");
+      return refuse(b, j, text, norm, what);
+    }
+  }
+  int32_t pre = rg__json_get(j, 0, "pre_tokenizer");
+  if (unset(j, pre) || strcmp(type_of(j, pre), "ByteLevel")) {
+    snprintf(what, sizeof what, "the pre-tokenizer is %s, not ByteLevel",
+             unset(j, pre) ? "missing" : *type_of(j, pre) ? type_of(j, pre) : "unnamed");
+    return refuse(b, j, text, pre, what);
+  }
+  if (is_true(j, rg__json_get(j, pre, "add_prefix_space")))
+    return refuse(b, j, text, pre, "the ByteLevel pre-tokenizer adds a prefix space");
+  int32_t rx = rg__json_get(j, pre, "use_regex"); /* absent in older files: true */
+  if (rx >= 0 && !is_true(j, rx))
+    return refuse(b, j, text, pre, "the ByteLevel pre-tokenizer does not cut by GPT-2's "
+                  "pattern (use_regex false)");
+  int32_t dec = rg__json_get(j, 0, "decoder");
+  if (!unset(j, dec) && strcmp(type_of(j, dec), "ByteLevel")) {
+    snprintf(what, sizeof what, "the decoder is %s, not ByteLevel", type_of(j, dec));
+    return refuse(b, j, text, dec, what);
+  }
+  int32_t post = rg__json_get(j, 0, "post_processor");
+  if (!unset(j, post) && strcmp(type_of(j, post), "ByteLevel")) {
+    snprintf(what, sizeof what, "the post-processor is %s, which may add tokens (rg_bpe adds "
+             "none)", *type_of(j, post) ? type_of(j, post) : "unnamed");
+    return refuse(b, j, text, post, what);
+  }
+  return 0;
+}
+
+/* Checks the model object: BPE with none of the options GPT-2 does not use. */
+static int check_model(builder *b, const rg__json *j, const char *text, int32_t model) {
+  char what[192];
+  if (model < 0 || j->node[model].type != RG__J_OBJ)
+    return refuse(b, j, text, model, model < 0 ? "the file has no \"model\"" :
+                  "\"model\" is not an object");
+  int32_t type = rg__json_get(j, model, "type");
+  if (type >= 0 && strcmp(type_of(j, model), "BPE")) {
+    snprintf(what, sizeof what, "the model is %s, not BPE", type_of(j, model));
+    return refuse(b, j, text, model, what);
+  }
+  static const char *const off[] = {"dropout", "continuing_subword_prefix",
+                                    "end_of_word_suffix", "byte_fallback", "ignore_merges"};
+  for (size_t k = 0; k < sizeof off / sizeof *off; k++) {
+    int32_t v = rg__json_get(j, model, off[k]);
+    if (!unset(j, v)) {
+      snprintf(what, sizeof what, "the model sets %s", off[k]);
+      return refuse(b, j, text, v, what);
+    }
+  }
+  return 0;
+}
+
+/* The added tokens (entries {"id", "content", ...}): each is given its id if the model's
+   vocabulary lacks it; *list gets the array (or -1). Run before the maps are built. */
+static int read_added(builder *b, const rg__json *j, const char *text, int32_t *list) {
+  *list = rg__json_get(j, 0, "added_tokens");
+  if (unset(j, *list)) {
+    *list = -1;
+    return 0;
+  }
+  if (j->node[*list].type != RG__J_ARR)
+    return refuse(b, j, text, *list, "\"added_tokens\" is not an array");
+  for (int32_t e = j->node[*list].first; e >= 0; e = j->node[e].next) {
+    int32_t c = rg__json_get(j, e, "content");
+    int32_t idv = rg__json_get(j, e, "id");
+    if (c < 0 || j->node[c].type != RG__J_STR || !j->node[c].slen || idv < 0)
+      return refuse(b, j, text, e, "an added token lacks its \"id\" or its \"content\"");
+    static const char *const off[] = {"lstrip", "rstrip", "single_word"};
+    for (size_t k = 0; k < sizeof off / sizeof *off; k++)
+      if (is_true(j, rg__json_get(j, e, off[k]))) {
+        char what[192];
+        snprintf(what, sizeof what, "the added token \"%.60s\" sets %s (rg_bpe cuts added "
+                 "tokens out exactly as written)", rg__json_str(j, c), off[k]);
+        return refuse(b, j, text, e, what);
+      }
+    int32_t id = json_id(b, j, text, idv, "an added token's \"id\"");
+    if (id < 0 || grow(b, id + 1)) return -1;
+    const rg__tok *t = &b->bpe->tok[id];
+    if (t->str_off != UINT32_MAX && t->str_len == j->node[c].slen &&
+        !memcmp(b->bpe->strs + t->str_off, rg__json_str(j, c), t->str_len))
+      continue; /* the vocabulary has it already, as GPT-2's "<|endoftext|>" */
+    if (set_token(b, id, rg__json_str(j, c), j->node[c].slen, (place){text, j->node[e].at, 0}))
+      return -1;
+  }
+  return 0;
+}
+
+/* Adds the merges of the JSON array merges: "left right" strings or [left, right]. */
+static int read_merges_json(builder *b, const rg__json *j, const char *text, int32_t merges) {
+  uint32_t rank = 0;
+  for (int32_t e = j->node[merges].first; e >= 0; e = j->node[e].next) {
+    const rg__jnode *m = &j->node[e];
+    place w = {text, m->at, 0};
+    if (m->type == RG__J_STR) {
+      const char *s = rg__json_str(j, e), *sp = memchr(s, ' ', m->slen);
+      if (!sp || sp == s || sp + 1 == s + m->slen || memchr(sp + 1, ' ', m->slen - (size_t)(sp + 1 - s)))
+        return refuse(b, j, text, e, "a merge is not two tokens separated by one space");
+      if (add_merge(b, s, (size_t)(sp - s), sp + 1, m->slen - (size_t)(sp + 1 - s), rank++, w))
+        return -1;
+    } else if (m->type == RG__J_ARR && m->count == 2 && j->node[m->first].type == RG__J_STR &&
+               j->node[j->node[m->first].next].type == RG__J_STR) {
+      int32_t l = m->first, r = j->node[l].next;
+      if (add_merge(b, rg__json_str(j, l), j->node[l].slen, rg__json_str(j, r),
+                    j->node[r].slen, rank++, w))
+        return -1;
+    } else {
+      return refuse(b, j, text, e, "a merge is neither \"left right\" nor [\"left\", "
+                    "\"right\"]");
+    }
+  }
+  return 0;
+}
+
+static rg_bpe *load_json(const char *path, char *msg, size_t msg_size) {
+  builder b = {calloc(1, sizeof(rg_bpe)), 0, path, msg, msg_size};
+  if (!b.bpe) return rg__text_msg(msg, msg_size, "out of host memory"), NULL;
+  size_t len;
+  char *text = read_all(path, &len, msg, msg_size);
+  if (!text) return fail(&b);
+  rg__json j;
+  if (parse(&b, &j, text, len)) {
+    free(text);
+    return fail(&b);
+  }
+  int32_t model = rg__json_get(&j, 0, "model"), added = -1;
+  int32_t merges = rg__json_get(&j, model, "merges");
+  int bad = 0;
+  if (j.node[0].type != RG__J_OBJ) {
+    bad = refuse(&b, &j, text, 0, "the file is not a JSON object");
+  } else if (model < 0 && j.node[0].first >= 0 && j.node[j.node[0].first].type == RG__J_NUM) {
+    rg__text_msg(msg, msg_size, "%s looks like a vocab.json: pass the folder holding it "
+                 "and merges.txt", path);
+    bad = 1;
+  } else if (check_model(&b, &j, text, model) || check_pipeline(&b, &j, text)) {
+    bad = 1;
+  } else if (merges < 0 || j.node[merges].type != RG__J_ARR) {
+    bad = refuse(&b, &j, text, model, "the model has no \"merges\" array");
+  }
+  bad = bad || read_vocab(&b, &j, text, rg__json_get(&j, model, "vocab")) ||
+        read_added(&b, &j, text, &added) || index_tokens(&b, j.node[merges].count);
+  for (int32_t e = bad || added < 0 ? -1 : j.node[added].first; e >= 0 && !bad;
+       e = j.node[e].next) {
+    int32_t c = rg__json_get(&j, e, "content");
+    bad = add_special(&b, rg__bpe_lookup(b.bpe, rg__json_str(&j, c), j.node[c].slen));
+  }
+  bad = bad || decode_tokens(&b) || read_merges_json(&b, &j, text, merges);
+  rg__json_free(&j);
+  free(text);
+  return bad ? fail(&b) : b.bpe;
+}
+
 /* ---- the call ------------------------------------------------------------------------ */
 
 rg_bpe *rg_bpe_load(const char *path, char *msg, size_t msg_size) {
   if (msg_size) msg[0] = 0;
   if (!path || !*path) {
     rg__text_msg(msg, msg_size, "path is empty: pass a folder holding vocab.json and "
-                 "merges.txt");
+                 "merges.txt, or tokenizer.json");
     return NULL;
   }
   size_t n = strlen(path);
@@ -367,14 +567,24 @@ rg_bpe *rg_bpe_load(const char *path, char *msg, size_t msg_size) {
   rg_bpe *bpe = NULL;
   if (!v || !m) {
     rg__text_msg(msg, msg_size, "out of host memory");
+  } else if (!exists(path)) {
+    rg__text_msg(msg, msg_size, "%s is missing: pass a folder holding vocab.json and "
+                 "merges.txt, or tokenizer.json, or a tokenizer.json file", path);
   } else if (!is_dir(path)) {
-    rg__text_msg(msg, msg_size, "%s is %s: pass a folder holding vocab.json and merges.txt "
-                 "(tokenizer.json is not read yet)", path,
-                 exists(path) ? "not a folder" : "missing");
+    bpe = load_json(path, msg, msg_size);
   } else {
     snprintf(v, n + 16, "%s/vocab.json", path);
     snprintf(m, n + 16, "%s/merges.txt", path);
-    bpe = load_pair(v, m, msg, msg_size);
+    if (exists(v) || exists(m)) {
+      bpe = load_pair(v, m, msg, msg_size);
+    } else {
+      snprintf(v, n + 16, "%s/tokenizer.json", path);
+      if (exists(v))
+        bpe = load_json(v, msg, msg_size);
+      else
+        rg__text_msg(msg, msg_size, "%s holds neither vocab.json and merges.txt nor "
+                     "tokenizer.json: pass the folder of a GPT-2 tokenizer", path);
+    }
   }
   free(v);
   free(m);
