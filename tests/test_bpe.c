@@ -98,6 +98,7 @@ static void check_json(void) {
       {"\"post_processor\": {\"type\": \"TemplateProcessing\"},", "", "TemplateProcessing"},
       {"", "\"vocab\": {\"a\": 0},", "no token for byte"},
       {"", "\"merges\": [[\"h\", \"e\", \"x\"]],", "neither"},
+      {"", "\"vocab\": {\"a\": 2000000000},", "far beyond"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
     char dir[16];
@@ -106,6 +107,11 @@ static void check_json(void) {
     refused(dir, bad[k].want);
   }
   refused("tok/vocab.json", "looks like a vocab.json");
+  write_files("tok3", "");
+  FILE *f = fopen("tok3/vocab.json", "w");
+  fputs("{\"a\": 1.5}", f);
+  fclose(f);
+  refused("tok3", "not an id");
   mkdir("empty", 0755);
   refused("empty", "holds neither vocab.json");
 }
