@@ -44,6 +44,8 @@ static rg_bpe *fixed;
 static int32_t eot_id;
 
 static void cleanup(void) {
+  rg_bpe_free(fixed);
+  fixed = NULL;
   if (!dir[0]) return;
   unlink(path_json);
   unlink(path_vocab);
