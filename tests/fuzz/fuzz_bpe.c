@@ -79,7 +79,7 @@ static void write_file(const char *path, const void *p, size_t n) {
    "ab a" made), then <|endoftext|>. */
 static const char *const merges[] = {
     "a a", "a b", "b a", "aa a", "ab a", "a ba", "aa aa", "\xC4\xA0 a", "\xC4\xA0 \xC4\xA0",
-    "b b", "ba b", "\xC4\xA0" "a b", "\xC4\xA0\xC4\xA0 \xC4\xA0\xC4\xA0", "\xC3\x83 \xC2\xA9",
+    "b b", "ba b", "\xC4\xA0\x61 b", "\xC4\xA0\xC4\xA0 \xC4\xA0\xC4\xA0", "\xC3\x83 \xC2\xA9",
     "\xC3\x83\xC2\xA9 \xC3\x83\xC2\xA9", "' s", "\xC4\xA0 '", "1 2", "12 3", "\xC4\x8A \xC4\x8A",
 };
 #define NMERGES ((int)(sizeof merges / sizeof *merges))
