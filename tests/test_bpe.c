@@ -112,6 +112,12 @@ static void check_json(void) {
   fputs("{\"a\": 1.5}", f);
   fclose(f);
   refused("tok3", "not an id");
+  FILE *half = fopen("tj/vocab.json", "w"); /* half a pair beside tokenizer.json */
+  fputs("{}", half);
+  fclose(half);
+  bpe = rg_bpe_load("tj", msg, sizeof msg);
+  CHECK(bpe && rg_bpe_vocab_size(bpe) == 301, "tokenizer.json beside half a pair: %s", msg);
+  rg_bpe_free(bpe);
   mkdir("empty", 0755);
   refused("empty", "holds neither vocab.json");
 }

@@ -24,7 +24,8 @@
  * files). Added tokens, special or not, are cut out of the text whole, as tokenizers
  * does; one the model's vocabulary lacks gets its id from added_tokens.
  *
- * A folder holding both formats is read through vocab.json and merges.txt.
+ * A folder holding both formats is read through vocab.json and merges.txt; one holding
+ * tokenizer.json and only half of the pair, through tokenizer.json.
  */
 #include "text/text.h"
 
@@ -588,17 +589,20 @@ rg_bpe *rg_bpe_load(const char *path, char *msg, size_t msg_size) {
   } else if (!is_dir(path)) {
     bpe = load_json(path, msg, msg_size);
   } else {
+    /* both of the pair first; else tokenizer.json; else the pair's missing half named */
+    snprintf(v, n + 16, "%s/tokenizer.json", path);
+    int json = exists(v);
     snprintf(v, n + 16, "%s/vocab.json", path);
     snprintf(m, n + 16, "%s/merges.txt", path);
-    if (exists(v) || exists(m)) {
+    int pair = exists(v) + exists(m);
+    if (pair == 2 || (pair && !json)) {
       bpe = load_pair(v, m, msg, msg_size);
-    } else {
+    } else if (json) {
       snprintf(v, n + 16, "%s/tokenizer.json", path);
-      if (exists(v))
-        bpe = load_json(v, msg, msg_size);
-      else
-        rg__text_msg(msg, msg_size, "%s holds neither vocab.json and merges.txt nor "
-                     "tokenizer.json: pass the folder of a GPT-2 tokenizer", path);
+      bpe = load_json(v, msg, msg_size);
+    } else {
+      rg__text_msg(msg, msg_size, "%s holds neither vocab.json and merges.txt nor "
+                   "tokenizer.json: pass the folder of a GPT-2 tokenizer", path);
     }
   }
   free(v);
