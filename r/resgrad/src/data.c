@@ -41,9 +41,10 @@ SEXP rgr_data_open(SEXP cx, SEXP path, SEXP opts) {
   if (!Rf_isString(path) || XLENGTH(path) != 1 || STRING_ELT(path, 0) == NA_STRING)
     rgr_signal(RG_ERR_MISUSE, "ag_data_open: path must be one file name");
   const double *v = REAL(opts);
-  if (v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0)
-    rgr_signal(RG_ERR_MISUSE, "ag_data_open: vocab, seed, world and rank must not be "
-               "negative");
+  for (int i = 1; i < 5; i++)
+    if (!(v[i] >= 0 && v[i] <= (i < 3 ? 9007199254740992.0 : 2147483647.0)))
+      rgr_signal(RG_ERR_MISUSE, "ag_data_open: vocab, seed, world and rank must be "
+                 ">= 0 (world and rank below 2^31)");
   rg_data_options o = {(rg_data_format)v[0], (int64_t)v[1], (uint64_t)v[2], (int)v[3],
                        (int)v[4], v[5] == 0};
   rgr_dep *d = malloc(sizeof *d);
