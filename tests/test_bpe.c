@@ -41,12 +41,16 @@ static void write_json(const char *dir, const char *top, const char *model) {
   mkdir(dir, 0755);
   snprintf(p, sizeof p, "%s/tokenizer.json", dir);
   FILE *f = fopen(p, "w");
+  /* laid out as GPT-2's own tokenizer.json is: no model type, empty prefix and suffix,
+     ByteLevel post-processor with add_prefix_space (it only trims offsets) */
   fprintf(f, "{%s \"added_tokens\": [{\"id\": 300, \"content\": \"<pad>\", \"special\": "
-          "true, \"lstrip\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": "
-          "\"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true}, "
-          "\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n\"model\": "
-          "{%s \"type\": \"BPE\", \"dropout\": null, \"continuing_subword_prefix\": \"\", "
-          "\"byte_fallback\": false, \"vocab\": {", top, model);
+          "true, \"lstrip\": false, \"normalized\": true}], \"normalizer\": null, "
+          "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+          "\"trim_offsets\": true}, \"post_processor\": {\"type\": \"ByteLevel\", "
+          "\"add_prefix_space\": true, \"trim_offsets\": false}, \"decoder\": {\"type\": "
+          "\"ByteLevel\", \"add_prefix_space\": true},\n\"model\": {%s \"dropout\": null, "
+          "\"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": "
+          "\"\", \"fuse_unk\": false, \"vocab\": {", top, model);
   for (int b = 0; b < 256; b++) {
     char ch[4];
     int k = rg__utf8_put(rg__byte_char(b), ch);
