@@ -152,8 +152,9 @@ typedef struct rg_gpt_config {
                      recomputed too. The same gradients bit for bit, for less memory and
                      more compute */
   int64_t head_chunk; /* the most logits (rows x vocab) rg_gpt_loss makes at once: above
-                     it the head runs in row chunks (see rg_gpt_loss); 0: 2^26 (GPT-2's
-                     vocabulary at 1024 rows of the batch's B x T a chunk), < 0: never */
+                     it the head runs in row chunks of at least one row (see rg_gpt_loss);
+                     0: 2^26 (at GPT-2's vocabulary, 1024 of B8 T1024's 8192 rows a
+                     chunk), < 0: never */
 } rg_gpt_config;
 
 /* GPT-2 (structure and initialisation as the GPT of torch_ref.py, the PyTorch reference

@@ -255,6 +255,28 @@ static void chunks_against_whole(const char *what, int ignore) {
   close_run(&b);
 }
 
+/* Targets of another shape than idx's: the head is not chunked and the cross-entropy
+   refuses them with its message, as with the head whole; the context keeps working. */
+static void chunks_refuse_bad_targets(void) {
+  run r;
+  open_run(&r, (rg_options){0}, GPT_CHUNKED, 1, HEAD_CHUNK);
+  if (r.gpt) {
+    rg_ctx *ctx = r.ctx;
+    int32_t idx[GB * GT], tgt[GB * GT];
+    gpt_batch(0, 0, idx, tgt);
+    rg_tensor ti = rg_input(ctx, RG_I32, 2, (int64_t[]){GB, GT}, idx);
+    rg_tensor flat = rg_input(ctx, RG_I32, 1, (int64_t[]){GB * GT}, tgt);
+    CHECK(!rg_gpt_loss(r.gpt, ti, flat).id, "targets [21] for idx [3, 7] were taken");
+    CHECK(rg_error(ctx) == RG_ERR_MISUSE && msg_has(ctx, "rg_cross_entropy"),
+          "targets of the wrong shape: %s", rg_errmsg(ctx));
+    rg_clear_error(ctx);
+    size_t n = 0;
+    float l = step(&r, 1, ga, &n);
+    CHECK(l > 1 && n > 0, "a step after the refusal: loss %g", l);
+  }
+  close_run(&r);
+}
+
 /* ---- the pass pool's peak ------------------------------------------------------------- */
 
 /* One step of a deep MLP whose activations dominate the pass pool: its peak. */
@@ -394,6 +416,7 @@ int main(void) {
   chunks_against_whole("gpt loss", 0);
   chunks_against_whole("gpt loss, ignore index", 1);
   chunks_against_whole("gpt loss, every target ignored", 2);
+  chunks_refuse_bad_targets();
   size_t without = peak_of(0), with = peak_of(1);
   printf("pass peak of one MLP step: %zu bytes without regions, %zu with\n", without, with);
   CHECK(with > 0 && with < without, "regions did not lower the pass peak (%zu, %zu)", with,
