@@ -234,11 +234,12 @@ rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
    Without regions the logits of every chunk live until the backward, as unchunked ones
    would, but each chunk's gradient is made and used up in turn.
    The loss is the mean over the rows that take part, as one cross-entropy's but for
-   float rounding: chunk c's mean (over n_c rows) is weighted n_c / N. With an ignore index the counts are
-   on the device: chunk c's count of targets other than the index, taken from the targets
-   as floats (exact, so the index and the vocabulary are below 2^24 for the head to be
-   chunked), weights its mean, and the sum is divided by the total count (at least 1: no
-   row taking part gives 0, as rg_cross_entropy_ignore does). */
+   float rounding: chunk c's mean (over n_c rows) is weighted n_c / N. With an ignore
+   index the counts are on the device: chunk c's count of targets other than the index,
+   taken from the targets as floats (exact, so the index and the vocabulary are below 2^24
+   for the head to be chunked), weights its mean, and the sum is divided by the total
+   count (at least 1: no row taking part gives 0, as rg_cross_entropy_ignore does). A
+   chunk that fails makes the sum RG_NONE: no chunk is left out of a loss returned. */
 #define HEAD_CHUNK_DEFAULT ((int64_t)1 << 26)
 #define EXACT_F32 ((int64_t)1 << 24)
 
@@ -287,11 +288,11 @@ static rg_tensor chunked_loss(rg_gpt *g, rg_tensor h, rg_tensor targets, int ign
     if (ignore) {
       rg_tensor nc = counted(ctx, rg_cast(ctx, tc, RG_F32), index);
       l = rg_mul(ctx, l, nc);
-      count = count.id ? rg_add(ctx, count, nc) : nc;
+      count = r ? rg_add(ctx, count, nc) : nc;
     } else {
       l = rg_scale(ctx, l, (float)((double)n / (double)N));
     }
-    sum = sum.id ? rg_add(ctx, sum, l) : l;
+    sum = r ? rg_add(ctx, sum, l) : l;
     rg_label_pop(ctx);
   }
   if (!ignore) return sum;
@@ -303,7 +304,8 @@ static rg_tensor chunked_loss(rg_gpt *g, rg_tensor h, rg_tensor targets, int ign
 
 /* Are a and b live with the same shape? (Never sets the error.) */
 static int same_dims(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
-  if (!rg_is_live(ctx, a) || !rg_is_live(ctx, b) || rg_ndim(ctx, a) != rg_ndim(ctx, b)) return 0;
+  if (!rg_is_live(ctx, a) || !rg_is_live(ctx, b) || rg_ndim(ctx, a) != rg_ndim(ctx, b))
+    return 0;
   for (int i = 0; i < rg_ndim(ctx, a); i++)
     if (rg_dim(ctx, a, i) != rg_dim(ctx, b, i)) return 0;
   return 1;
