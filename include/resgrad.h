@@ -944,8 +944,11 @@ typedef struct rg_stats {
                                            the sum of each pool's high-water mark */
 } rg_stats;
 
-/* Env RG_PROFILE=1 (CUDA only): drains run without graphs, each node timed by CUDA
-   events, and rg_close prints device time per op on stderr. */
+/* Env RG_PROFILE=1: each node is timed and rg_close prints a table of time per op on
+   stderr (calls, total ms, mean us, share), the most expensive first, over every drain but
+   the context's first two. CUDA: drains run without graphs, each node timed by CUDA events
+   (device time). CPU: each kernel timed by the host's monotonic clock (wall time, threads
+   included). */
 
 /* Copies the counters into *out. Not a barrier. rg_stats_reset zeroes every counter and
    restarts the pool peaks from the bytes held now. Neither touches the device. */

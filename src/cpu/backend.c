@@ -3,11 +3,13 @@
  * runs each node's kernel in program order. It is the reference every other backend is
  * compared against.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -43,14 +45,32 @@ static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static int blas_users; /* open CPU contexts */
 #endif
 
+/* The backend's state: only RG_PROFILE's table, which a context without it does not
+   allocate (be_state then points at the context: non-NULL marks "open"). */
+typedef struct cpu_state {
+  rg_profile prof;
+} cpu_state;
+static rg_profile *prof_of(rg_ctx *ctx) {
+  return ctx->be_state != ctx ? &((cpu_state *)ctx->be_state)->prof : NULL;
+}
+
 static rg_status cpu_open(rg_ctx *ctx) {
   snprintf(ctx->devname, sizeof ctx->devname, "cpu (%d threads)", threads_of(ctx));
+  ctx->be_state = ctx;
+  if (rg__profile_wanted()) {
+    cpu_state *s = rg__calloc(ctx, 1, sizeof *s);
+    if (!s) {
+      ctx->be_state = NULL;
+      return rg__fail(ctx, RG_ERR_OOM, "rg_open",
+                      "out of host memory for RG_PROFILE's table: unset RG_PROFILE");
+    }
+    ctx->be_state = s;
+  }
 #ifdef RG_HAVE_OPENBLAS
   pthread_mutex_lock(&blas_lock);
   if (blas_users++ == 0) openblas_set_num_threads(threads_of(ctx));
   pthread_mutex_unlock(&blas_lock);
 #endif
-  ctx->be_state = ctx; /* no state of its own; non-NULL marks "open" */
   return RG_OK;
 }
 static void cpu_close(rg_ctx *ctx) {
@@ -59,6 +79,11 @@ static void cpu_close(rg_ctx *ctx) {
   blas_users--;
   pthread_mutex_unlock(&blas_lock);
 #endif
+  rg_profile *p = prof_of(ctx);
+  if (p) {
+    rg__profile_print(p, "CPU time (wall clock)");
+    rg__free(ctx, ctx->be_state);
+  }
   ctx->be_state = NULL;
 }
 
@@ -101,6 +126,12 @@ int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_
     r /= out->dims[j];
   }
   return off;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 /* check_finite: the first NaN or Inf among a node's float outputs. */
@@ -180,6 +211,8 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
                              rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_kargs k;
   int threads = threads_of(ctx);
+  rg_profile *prof = prof_of(ctx);
+  bool timed = prof && rg__profile_counts(prof); /* not the first drains (profile.c) */
   for (size_t i = first; i < last; i++) {
     const rg_node *n = &ctx->nodes[i];
     memset(&k, 0, sizeof k);
@@ -190,9 +223,10 @@ static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fai
     k.msgcap = msgcap;
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
-    double ts = ctx->trace ? rg__trace_now(ctx) : 0;
+    double ts = ctx->trace ? rg__trace_now(ctx) : 0, t0 = timed ? now_ms() : 0;
     rg_status st = !(rg_optab[n->op].flags & RG_F_BF16) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
                                                         : kernels[n->op](&k);
+    if (timed) rg__profile_add(prof, n->op, now_ms() - t0);
     if (ctx->trace) rg__trace_op(ctx, i, ts, rg__trace_now(ctx) - ts);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);
