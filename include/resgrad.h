@@ -14,8 +14,9 @@
  *    mutable state and may be used from two threads at once (tests/test_threads.c, run
  *    under ThreadSanitizer by make tsan, on the CPU backend). rg_version and
  *    rg_status_str may be called from any thread. One thing is process-wide: with
- *    OpenBLAS the BLAS thread pool is one per process, and a CPU context sizes it from
- *    rg_options.threads only when no other CPU context is open.
+ *    OpenBLAS the BLAS thread pool is one per process; a CPU context opened while no
+ *    other is open sets it to one thread, and splits its products over its own OpenMP
+ *    threads instead, so that one pool computes and the two never contend for cores.
  *  - Functions returning rg_status return RG_OK or a negative code; the message is
  *    available from rg_errmsg (sticky: the first error since rg_clear_error).
  *  - Functions returning rg_tensor return RG_NONE on error and set the sticky error.

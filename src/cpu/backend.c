@@ -36,11 +36,12 @@ static int threads_of(rg_ctx *ctx) {
 
 #ifdef RG_HAVE_OPENBLAS
 void openblas_set_num_threads(int n);
-/* OpenBLAS has one thread pool per process. Left alone it runs one spinning thread per
-   core whatever rg_options.threads says (a 1-thread training run spent a third of its
-   time in the kernel), so a context sizes it, but only when it is the only CPU context
-   open: resizing races with BLAS calls in other threads (and, in OpenBLAS 0.3.21, with
-   another resize). A context opened while others are open keeps the size they use. */
+/* The context's OpenMP threads are the only ones that compute: OpenBLAS runs on the
+   thread that calls it (matmul.c splits a product over the OpenMP threads). Left alone it
+   keeps a pool of its own, one thread per core, that spins after each call while OpenMP's
+   threads need those cores. It has one pool per process and resizing it races with BLAS
+   calls in other threads (and, in OpenBLAS 0.3.21, with another resize), so the first CPU
+   context opened while none is open sets it. */
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static int blas_users; /* open CPU contexts */
 #endif
@@ -68,7 +69,7 @@ static rg_status cpu_open(rg_ctx *ctx) {
   }
 #ifdef RG_HAVE_OPENBLAS
   pthread_mutex_lock(&blas_lock);
-  if (blas_users++ == 0) openblas_set_num_threads(threads_of(ctx));
+  if (blas_users++ == 0) openblas_set_num_threads(1);
   pthread_mutex_unlock(&blas_lock);
 #endif
   return RG_OK;

@@ -6,8 +6,10 @@
  * scratch comes from the stack or rg__malloc(k->ctx, ...) and is freed before return.
  * OpenMP splits rows with num_threads(k->threads); results do not depend on the thread
  * count (each output element is written by one thread, reductions in a fixed order).
- * The exception: with a CBLAS (RG_HAVE_CBLAS) matrix products are the BLAS's, which may
- * round differently for another thread count; the built-in GEMM does not.
+ * Matrix products are cut into blocks by their shape alone (matmul.c), each block one
+ * call of the built-in GEMM or, with a CBLAS (RG_HAVE_CBLAS), of the BLAS on one thread:
+ * OpenBLAS is set so (backend.c); another BLAS that threads a call itself may round
+ * differently for another thread count.
  */
 #ifndef RG_CPU_H
 #define RG_CPU_H

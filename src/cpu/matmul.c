@@ -185,28 +185,58 @@ void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
 }
 
 #ifdef RG_HAVE_CBLAS
-/* BLAS picks its own threads; their number is set process-wide, not per call. */
+/* Splits a BLAS product over the context's threads: the BLAS runs on one thread (backend.c
+   sets OpenBLAS so; its own pool, spinning beside OpenMP's, made 2-thread runs collapse
+   whenever a core was busy), and C is cut into blocks of rows, or of columns when it has
+   more columns, each one sgemm call. The cut depends on the shape alone, so a product's
+   blocks, and the sums in them, are the same for any thread count. A block is at least
+   BLAS_BLOCK wide (smaller calls cost more in packing than they gain) and there are at most
+   BLAS_BLOCKS of them. Blocks are handed out dynamically: a thread the OS has parked does
+   not hold the others back by its share. */
+#define BLAS_BLOCK 32
+#define BLAS_BLOCKS 16
+
+static void blas_call(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                      int accumulate) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, accumulate ? 1.0f : 0.0f,
+              C, (int)ldc);
+}
+
 void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
                  int threads) {
-  (void)threads;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) { /* BLAS would reject the zero leading dimension */
     empty_product(M, N, C, ldc, accumulate);
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, accumulate ? 1.0f : 0.0f,
-              C, (int)ldc);
+  bool rows = M >= N;
+  int64_t dim = rows ? M : N;
+  int64_t bs = (dim + BLAS_BLOCKS - 1) / BLAS_BLOCKS;
+  bs = bs < BLAS_BLOCK ? BLAS_BLOCK : bs;
+  int64_t nb = M * N * K >= GEMM_PAR_MIN ? (dim + bs - 1) / bs : 1;
+  if (nb == 1) bs = dim;
+  int nt = threads > 0 ? threads : 1;
+  (void)nt; /* read only by the OpenMP pragma */
+#pragma omp parallel for num_threads(nt) if(nt > 1 && nb > 1) schedule(dynamic, 1)
+  for (int64_t b = 0; b < nb; b++) {
+    int64_t lo = b * bs, n = min64(dim, lo + bs) - lo;
+    if (rows) /* rows lo.. of C and of op(A) */
+      blas_call(ta, tb, n, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc,
+                accumulate);
+    else /* columns lo.. of C and of op(B) */
+      blas_call(ta, tb, M, n, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc,
+                accumulate);
+  }
 }
-#define RG_GEMM_NESTS 0 /* calling BLAS from our own threads risks oversubscription */
 #else
 void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
                  int threads) {
   rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
 }
-#define RG_GEMM_NESTS 1
 #endif
 
 /* ---- matmul ---------------------------------------------------------------------------- */
@@ -225,7 +255,7 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   float *po = o->p;
   int nt = nthreads(k);
   /* Many independent products: one per thread beats splitting each one. */
-  bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
+  bool by_batch = nt > 1 && nbatch >= nt;
 #pragma omp parallel for num_threads(nt) if(by_batch) schedule(static)
   for (int64_t bi = 0; bi < nbatch; bi++) {
     rg_cpu_gemm(ta, tb, M, N, K, pa + rg_cpu_bcast_offset(o, 2, sa, bi), lda,
