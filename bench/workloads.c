@@ -7,7 +7,10 @@
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
  *                   [--distributed] [--tune] [--steps N] [--warm N] [workload ...]
- *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char)
+ *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char),
+ *         or a shape as torch_ref.py reads it: mlp=784x256x10/b64 (2 to 5 layer widths,
+ *         batch) or gpt=96x128x4x256x4/b32 (vocabulary, context, layers, width, heads,
+ *         batch)
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
  *         other float32 product, as torch_ref.py's bf16 modes)
@@ -134,6 +137,44 @@ static double flops_of(rg_ctx *ctx, const work *w) {
          12.0 * (double)(w->L * w->C) * (double)(w->T * w->T) * (double)w->B / 2;
 }
 
+/* A workload named by its shape (the usage above) into *w; 0 if name is not one. */
+static int parse_shape(const char *name, work *w) {
+  int gpt = !strncmp(name, "gpt=", 4);
+  if (!gpt && strncmp(name, "mlp=", 4)) return 0;
+  int64_t d[6];
+  int n = 0;
+  const char *p = name + 4;
+  for (;;) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v <= 0 || n == 6) return 0;
+    d[n++] = v;
+    if (*end == 'x') {
+      p = end + 1;
+    } else if (!strncmp(end, "/b", 2)) {
+      p = end + 2;
+      break;
+    } else {
+      return 0;
+    }
+  }
+  char *end;
+  long long b = strtoll(p, &end, 10);
+  if (*end || b <= 0) return 0;
+  memset(w, 0, sizeof *w);
+  w->name = name;
+  w->gpt = gpt;
+  if (gpt) {
+    if (n != 5) return 0;
+    w->V = d[0], w->T = d[1], w->L = d[2], w->C = d[3], w->H = d[4], w->B = b;
+  } else {
+    if (n < 2 || n > 5) return 0;
+    memcpy(w->dims, d, (size_t)n * sizeof *d);
+    w->ndims = n, w->B = b;
+  }
+  return 1;
+}
+
 enum { F32, TF32, BF16 };
 static const char *const MODES[] = {"f32", "tf32", "bf16"};
 
@@ -231,7 +272,7 @@ int main(int argc, char **argv) {
       names[nnames++] = argv[i];
     } else {
       fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] [--steps N] [--warm N] "
-              "[mlp-small|mlp-wide|gpt-char|gpt2-124m ...]\n");
+              "[mlp-small|mlp-wide|gpt-char|gpt2-124m|mlp=AxBx../bN|gpt=VxTxLxCxH/bN ...]\n");
       return 2;
     }
   }
@@ -239,8 +280,10 @@ int main(int argc, char **argv) {
   if (!nnames) names[nnames++] = "mlp-small", names[nnames++] = "gpt-char";
   for (int i = 0; i < nnames; i++) {
     const work *w = NULL;
+    work shaped;
     for (size_t j = 0; j < sizeof WORK / sizeof *WORK; j++)
       if (!strcmp(WORK[j].name, names[i])) w = &WORK[j];
+    if (!w && parse_shape(names[i], &shaped)) w = &shaped;
     if (!w) {
       fprintf(stderr, "workloads: unknown workload \"%s\"\n", names[i]);
       return 2;
