@@ -9,14 +9,16 @@ usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
            [--device cuda|cpu] [--threads N] [--workloads mlp-small,gpt-char]
            [--modes f32,tf32,bf16] [--steps 50] [--log FILE] [--tune] [--python PY]
 
+Workloads: the named ones, or any shape as both programs take it: mlp=784x256x256x10/b64
+(layer widths, then the batch) and gpt=96x128x4x256x4/b32 (vocabulary, block, layers,
+width, heads, then the batch); each program names its rows by that string.
+
 Modes: resgrad f32 is compared with PyTorch eager-fp32; resgrad tf32 with eager-tf32 and
 compile-ro (torch.compile reduce-overhead, which runs TF32 as well); resgrad bf16 with
 eager-bf16 and compile-ro-bf16 (torch.autocast to bfloat16, TF32 for the rest).
 
 --device cpu: both on the CPU (PyTorch with no GPU visible), f32 only unless --modes says
-otherwise, both given --threads threads (OMP_NUM_THREADS; default: every core). A workload
-is a name of bench/workloads.c or a shape both programs read: mlp=784x256x10/b64 (layer
-widths, batch) or gpt=96x128x4x256x4/b32 (vocabulary, context, layers, width, heads, batch).
+otherwise, both given --threads threads (OMP_NUM_THREADS; default: every core).
 --python: the interpreter that has PyTorch (e.g. a virtual environment's bin/python).
 """
 import argparse, json, os, subprocess, sys

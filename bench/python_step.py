@@ -2,7 +2,8 @@
 """python_step.py - the reference training steps written in Python, next to C and PyTorch.
 
 Runs mlp-small (784-256-256-10, batch 64) and gpt-char (V 96, T 128, L 4, C 256, H 4,
-batch 32) exactly as bench/workloads.c does - the same data, the batch resident on the
+batch 32) - or any shape, named as workloads.c and torch_ref.py name them
+(mlp=784x256x10/b64, gpt=96x128x4x256x4/b32) - exactly as bench/workloads.c does - the same data, the batch resident on the
 device, fused linear+ReLU, AdamW (lr 1e-3, weight decay 0.01), one float(loss) per step -
 but recorded from Python, and prints one JSON line per workload and mode in workloads'
 format (ms_median over --steps after --warm). With --c-bin it runs bench/workloads on the
@@ -10,6 +11,7 @@ same workloads and modes, with --torch-ref torch_ref.py PyTorch eager and
 torch.compile(mode="reduce-overhead") in the same precision, and then prints a table.
 
 usage:  PYTHONPATH=build/python python3 bench/python_step.py [--device cuda] [--modes f32,tf32]
+            [--workloads mlp-small,gpt-char,mlp=784x256x10/b64,...]
             [--steps 50] [--warm 10] [--c-bin build/workloads] [--torch-ref torch_ref.py]
 """
 import argparse
@@ -27,6 +29,25 @@ WORK = {"mlp-small": dict(dims=(784, 256, 256, 10), B=64),
 TORCH_MODES = {"f32": ["eager-fp32"], "tf32": ["eager-tf32", "compile-ro"],
                "bf16": ["eager-bf16", "compile-ro-bf16"]}
 M64 = (1 << 64) - 1
+
+
+def workload(name):
+    """A named workload, or a shape as workloads.c and torch_ref.py take it:
+    mlp=784x256x10/b64 or gpt=96x128x4x256x4/b32."""
+    if name in WORK:
+        return WORK[name]
+    kind, _, rest = name.partition("=")
+    dims, _, batch = rest.partition("/b")
+    try:
+        d, b = [int(v) for v in dims.split("x")], int(batch)
+    except ValueError:
+        d, b = [], 0
+    if kind == "mlp" and len(d) >= 2 and b > 0:
+        return dict(dims=tuple(d), B=b)
+    if kind == "gpt" and len(d) == 5 and b > 0:
+        return dict(V=d[0], T=d[1], L=d[2], C=d[3], H=d[4], B=b)
+    sys.exit(f"python_step: unknown workload {name!r}: one of {', '.join(WORK)}, "
+             "mlp=AxB.../bN or gpt=VxTxLxCxH/bN")
 
 
 def lcg_data(w):
@@ -53,7 +74,7 @@ def lcg_data(w):
 
 
 def run(name, device, mode, steps, warm):
-    w = WORK[name]
+    w = workload(name)
     with rg.Context(device, quiet=True, tf32=mode != "f32", bf16=mode == "bf16") as ctx:
         x, y = lcg_data(w)
         bx, by = ctx.constant(x), ctx.constant(y)

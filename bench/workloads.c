@@ -6,11 +6,15 @@
  * training loop over a host-side dataset does.
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
- *                   [--distributed] [--tune] [--steps N] [--warm N] [workload ...]
+ *                   [--distributed] [--tune] [--checkpoint] [--max-batch]
+ *                   [--steps N] [--warm N] [--mlp A,B,...] [--gpt V,T,L,C,H] [--batch N]
+ *                   [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char),
- *         or a shape as torch_ref.py reads it: mlp=784x256x10/b64 (2 to 5 layer widths,
- *         batch) or gpt=96x128x4x256x4/b32 (vocabulary, context, layers, width, heads,
- *         batch)
+ *         or a shape as torch_ref.py writes it: mlp=784x256x10/b64 (layer widths, then
+ *         the batch) or gpt=96x128x4x256x4/b32 (vocabulary, block, layers, width, heads,
+ *         then the batch). --mlp 784,256,10 and --gpt 96,128,4,256,4 say the same with
+ *         the batch from --batch (default 64 for an MLP, 32 for a GPT); the output names
+ *         such a workload by its mlp=/gpt= form, as torch_ref.py does, so the two match.
  *         modes: f32 (default); tf32 (rg_options.tf32); bf16 (rg_options.bf16: matrix
  *         products in bf16 with f32 accumulation, as torch.autocast, and tf32 on for any
  *         other float32 product, as torch_ref.py's bf16 modes)
@@ -28,6 +32,14 @@
  *         is ms_median of the plain run on one GPU / ms_median of the N-rank run.
  * --tune:   rg_options.gemm_tune (cuBLASLt's algorithms timed at the first step; "tune"
  *         in the output says it was on).
+ * --checkpoint: the GPT workloads with each block an activation checkpoint region
+ *         (rg_gpt_config.checkpoint): compare peak_mib and ms_median with a run without.
+ *         The MLPs have no blocks: it changes nothing there. "checkpoint" in the output.
+ * --batch N: N rows (MLP) or sequences (GPT) a step instead of the workload's own (and
+ *         the batch of --mlp and --gpt).
+ * --max-batch: instead of timing, the largest batch that trains (a step runs without
+ *         an error, out of memory being the one expected) on this device, found by
+ *         doubling from the workload's batch and then bisecting; one JSON line each.
  */
 #include <resgrad.h>
 #include <resgrad_nn.h>
@@ -40,10 +52,12 @@
 
 #include "timing.h"
 
+#define MAX_LAYERS 16 /* linear layers of an MLP workload */
+
 typedef struct work {
   const char *name;
   int gpt;
-  int64_t dims[5], ndims, B;      /* mlp */
+  int64_t dims[MAX_LAYERS + 1], ndims, B; /* mlp: widths, input first; batch */
   int64_t V, T, L, C, H;          /* gpt */
 } work;
 
@@ -57,12 +71,12 @@ static const work WORK[] = {
 
 /* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
    --upload makes every step upload it with rg_input instead. */
-static int upload, distributed, tune;
+static int upload, distributed, tune, checkpoint;
 
 typedef struct model {
   const work *w;
   rg_tensor bx, by; /* the resident batch */
-  rg_tensor wt[4], bs[4];
+  rg_tensor wt[MAX_LAYERS], bs[MAX_LAYERS];
   rg_gpt *gpt;
   float *x;
   int32_t *xi, *y;
@@ -95,7 +109,8 @@ static int build(rg_ctx *ctx, model *m) {
     }
     return rg_error(ctx) == RG_OK;
   }
-  rg_gpt_config cfg = {.vocab = w->V, .block = w->T, .layers = w->L, .width = w->C, .heads = w->H};
+  rg_gpt_config cfg = {.vocab = w->V, .block = w->T, .layers = w->L, .width = w->C, .heads = w->H,
+                       .checkpoint = checkpoint};
   m->gpt = rg_gpt_new(ctx, &cfg, NULL);
   int64_t n = w->B * w->T;
   m->xi = malloc(sizeof(int32_t) * (size_t)n);
@@ -137,44 +152,6 @@ static double flops_of(rg_ctx *ctx, const work *w) {
          12.0 * (double)(w->L * w->C) * (double)(w->T * w->T) * (double)w->B / 2;
 }
 
-/* A workload named by its shape (the usage above) into *w; 0 if name is not one. */
-static int parse_shape(const char *name, work *w) {
-  int gpt = !strncmp(name, "gpt=", 4);
-  if (!gpt && strncmp(name, "mlp=", 4)) return 0;
-  int64_t d[6];
-  int n = 0;
-  const char *p = name + 4;
-  for (;;) {
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v <= 0 || n == 6) return 0;
-    d[n++] = v;
-    if (*end == 'x') {
-      p = end + 1;
-    } else if (!strncmp(end, "/b", 2)) {
-      p = end + 2;
-      break;
-    } else {
-      return 0;
-    }
-  }
-  char *end;
-  long long b = strtoll(p, &end, 10);
-  if (*end || b <= 0) return 0;
-  memset(w, 0, sizeof *w);
-  w->name = name;
-  w->gpt = gpt;
-  if (gpt) {
-    if (n != 5) return 0;
-    w->V = d[0], w->T = d[1], w->L = d[2], w->C = d[3], w->H = d[4], w->B = b;
-  } else {
-    if (n < 2 || n > 5) return 0;
-    memcpy(w->dims, d, (size_t)n * sizeof *d);
-    w->ndims = n, w->B = b;
-  }
-  return 1;
-}
-
 enum { F32, TF32, BF16 };
 static const char *const MODES[] = {"f32", "tf32", "bf16"};
 
@@ -184,7 +161,9 @@ static int mode_of(const char *name) {
   return -1;
 }
 
-static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
+/* Trains w for warm + steps steps and prints its line (quiet: prints nothing, not even
+   a failure). 0 when every step ran, else 1 (out of memory among the causes). */
+static int run(const work *w, rg_device dev, int mode, int steps, int warm, int quiet) {
   rg_ctx *ctx = NULL;
   rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1, .tf32 = mode != F32,
                                              .bf16 = mode == BF16, .gemm_tune = tune});
@@ -217,14 +196,15 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
   qsort(tr, (size_t)steps, sizeof *tr, cmp_d);
   double med = ts[steps / 2];
-  if (rg_dist_rank(ctx) == 0) { /* the other ranks' steps end with its all-reduces */
+  if (!quiet && rg_dist_rank(ctx) == 0) { /* the other ranks' steps end with its all-reduces */
     printf("{\"work\":\"%s\",\"mode\":\"%s\",\"input\":\"%s\",\"dev\":\"%s\",\"ms_median\":%.4f,"
            "\"ms_min\":%.4f,"
            "\"record_ms_median\":%.4f,\"tflops\":%.3f,\"peak_mib\":%.1f,\"device_mib\":%.1f,"
            "\"up_bytes_per_step\":%.0f,"
            "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
            "\"graph_replays\":%llu,"
-           "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d,\"tune\":%d}\n",
+           "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d,\"tune\":%d,"
+           "\"checkpoint\":%d,\"batch\":%lld}\n",
            w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
            (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
            (double)s1.device_peak / 1048576.0,
@@ -232,7 +212,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
            (double)(s1.nodes_executed - s0.nodes_executed) / steps,
            (double)(s1.launches - s0.launches) / steps,
            (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l,
-           rg_dist_world(ctx), tune);
+           rg_dist_world(ctx), tune, checkpoint, (long long)w->B);
   }
   fflush(stdout);
   rg_optim_free(opt);
@@ -240,7 +220,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm) {
   free(m.x), free(m.xi), free(m.y), free(ts), free(tr);
   return rg_close(ctx) != RG_OK;
 fail:
-  fprintf(stderr, "workloads: %s: %s\n", w->name, rg_errmsg(ctx));
+  if (!quiet) fprintf(stderr, "workloads: %s: %s\n", w->name, rg_errmsg(ctx));
   rg_optim_free(opt);
   rg_gpt_free(m.gpt);
   free(m.x), free(m.xi), free(m.y), free(ts), free(tr);
@@ -248,10 +228,67 @@ fail:
   return 1;
 }
 
+/* A workload from its mlp=AxBx.../bN or gpt=VxTxLxCxH/bN form into *w (named by the
+   string itself, which must outlive it); 0 if s is not one. */
+static int parse_shape(const char *s, work *w) {
+  int gpt = !strncmp(s, "gpt=", 4);
+  if (!gpt && strncmp(s, "mlp=", 4)) return 0;
+  int64_t v[MAX_LAYERS + 1];
+  int n = 0;
+  const char *p = s + 4;
+  for (;;) {
+    char *end;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || x < 1 || n == MAX_LAYERS + 1) return 0;
+    v[n++] = x;
+    if (*end == 'x') p = end + 1;
+    else if (!strncmp(end, "/b", 2)) { p = end + 2; break; }
+    else return 0;
+  }
+  char *end;
+  long long b = strtoll(p, &end, 10);
+  if (*end || end == p || b < 1 || (gpt ? n != 5 : n < 2)) return 0;
+  memset(w, 0, sizeof *w);
+  w->name = s, w->gpt = gpt, w->B = b;
+  if (gpt) w->V = v[0], w->T = v[1], w->L = v[2], w->C = v[3], w->H = v[4];
+  else memcpy(w->dims, v, sizeof(int64_t) * (size_t)n), w->ndims = n;
+  return 1;
+}
+
+/* "784,256,10" and a batch as "mlp=784x256x10/b64" (kind "mlp" or "gpt") into buf. */
+static const char *shape_name(char *buf, size_t cap, const char *kind, const char *dims,
+                              long batch) {
+  int n = snprintf(buf, cap, "%s=", kind);
+  for (const char *c = dims; *c && n + 2 < (int)cap; c++) buf[n++] = *c == ',' ? 'x' : *c;
+  snprintf(buf + n, cap - (size_t)n, "/b%ld", batch);
+  return buf;
+}
+
+/* --max-batch: the largest batch of w that trains on dev (run's two steps succeed). */
+static int max_batch(const work *w, rg_device dev, int mode) {
+  work t = *w;
+  int64_t ok = 0, bad = 0; /* the largest that fit, the smallest that did not (0: none) */
+  for (t.B = w->B; !bad && t.B <= ((int64_t)1 << 20); t.B *= 2)
+    *(run(&t, dev, mode, 1, 1, 1) ? &bad : &ok) = t.B;
+  if (!ok) /* not even the workload's own: bisect below it */
+    for (t.B = w->B / 2; !ok && t.B >= 1; t.B /= 2)
+      *(run(&t, dev, mode, 1, 1, 1) ? &bad : &ok) = t.B;
+  while (ok && bad > ok + 1) {
+    t.B = ok + (bad - ok) / 2;
+    *(run(&t, dev, mode, 1, 1, 1) ? &bad : &ok) = t.B;
+  }
+  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"checkpoint\":%d,\"max_batch\":%lld}\n",
+         w->name, MODES[mode], checkpoint, (long long)ok);
+  fflush(stdout);
+  return ok == 0;
+}
+
 int main(int argc, char **argv) {
   rg_device dev = RG_DEVICE_AUTO;
-  int steps = 20, warm = 3, nnames = 0, rc = 0, mode = F32;
-  const char *names[8];
+  int steps = 20, warm = 3, nnames = 0, rc = 0, mode = F32, search = 0;
+  long long batch = 0;
+  const char *names[8], *mlp = NULL, *gpt = NULL;
+  char mlp_name[160], gpt_name[160];
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       const char *d = argv[++i];
@@ -266,29 +303,54 @@ int main(int argc, char **argv) {
       distributed = 1;
     } else if (!strcmp(argv[i], "--tune")) {
       tune = 1;
+    } else if (!strcmp(argv[i], "--checkpoint")) {
+      checkpoint = 1;
+    } else if (!strcmp(argv[i], "--batch") && i + 1 < argc && atoll(argv[i + 1]) > 0) {
+      batch = atoll(argv[++i]);
+    } else if (!strcmp(argv[i], "--max-batch")) {
+      search = 1;
     } else if (!strcmp(argv[i], "--warm") && i + 1 < argc) {
       warm = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--mlp") && i + 1 < argc) {
+      mlp = argv[++i];
+    } else if (!strcmp(argv[i], "--gpt") && i + 1 < argc) {
+      gpt = argv[++i];
     } else if (argv[i][0] != '-' && nnames < 8) {
       names[nnames++] = argv[i];
     } else {
-      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] [--steps N] [--warm N] "
-              "[mlp-small|mlp-wide|gpt-char|gpt2-124m|mlp=AxBx../bN|gpt=VxTxLxCxH/bN ...]\n");
+      fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] "
+              "[--checkpoint] [--max-batch] [--steps N] [--warm N] "
+              "[--mlp A,B,... | --gpt V,T,L,C,H] [--batch N] "
+              "[mlp-small|mlp-wide|gpt-char|gpt2-124m|mlp=AxB.../bN|gpt=VxTxLxCxH/bN ...]\n");
       return 2;
     }
   }
   if (steps < 1) steps = 1;
+  if (mlp && nnames < 8)
+    names[nnames++] = shape_name(mlp_name, sizeof mlp_name, "mlp", mlp, batch ? (long)batch : 64);
+  if (gpt && nnames < 8)
+    names[nnames++] = shape_name(gpt_name, sizeof gpt_name, "gpt", gpt, batch ? (long)batch : 32);
   if (!nnames) names[nnames++] = "mlp-small", names[nnames++] = "gpt-char";
   for (int i = 0; i < nnames; i++) {
     const work *w = NULL;
-    work shaped;
+    work custom;
     for (size_t j = 0; j < sizeof WORK / sizeof *WORK; j++)
       if (!strcmp(WORK[j].name, names[i])) w = &WORK[j];
-    if (!w && parse_shape(names[i], &shaped)) w = &shaped;
+    if (!w && parse_shape(names[i], &custom)) w = &custom;
     if (!w) {
-      fprintf(stderr, "workloads: unknown workload \"%s\"\n", names[i]);
+      fprintf(stderr, "workloads: unknown workload \"%s\": one of mlp-small, mlp-wide, "
+              "gpt-char, gpt2-124m, or a shape mlp=784x256x10/b64, gpt=96x128x4x256x4/b32\n",
+              names[i]);
       return 2;
     }
-    rc |= run(w, dev, mode, steps, warm);
+    if (w->gpt && (w->C % w->H || w->T < 1)) {
+      fprintf(stderr, "workloads: %s: the width %lld is not a multiple of the heads %lld\n",
+              w->name, (long long)w->C, (long long)w->H);
+      return 2;
+    }
+    work t = *w;
+    if (batch) t.B = batch;
+    rc |= search ? max_batch(&t, dev, mode) : run(&t, dev, mode, steps, warm, 0);
   }
   return rc;
 }

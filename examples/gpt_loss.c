@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   rg_gpt_config cfg = {atoll(argv[4]), atoll(argv[5]), atoll(argv[1]), atoll(argv[2]),
-                       atoll(argv[3]), 0.0f};
+                       atoll(argv[3]), 0.0f, 0};
   const char *path = argv[6];
   if (cfg.vocab < 1 || cfg.block < 1) {
     fprintf(stderr, "gpt_loss: VOCAB and BLOCK must be positive\n");

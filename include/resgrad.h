@@ -532,6 +532,39 @@ RG_API rg_status rg_retain_grad(rg_ctx *ctx, rg_tensor t);
 /* Records the zeroing of every parameter gradient. Not a barrier. */
 RG_API rg_status rg_zero_grad(rg_ctx *ctx);
 
+/* ---- activation checkpointing ------------------------------------------------------ */
+
+/* A checkpoint region trades compute for memory: the tensors its ops make go back to the
+   pass pool at its end, all but its output, and rg_backward records their recomputation
+   (the region's ops again, on the same inputs: the same values bit for bit, the same
+   dropout masks) just before the region's gradients, then gives the recomputed tensors
+   back once those are recorded. The forward pass then holds each region's output instead
+   of all its activations, the backward pass one region's activations at a time; the
+   price is the region's forward ops run twice. It all stays in the one recorded pass (one
+   drain, one CUDA graph), and the gradients are bit-identical to the same pass without
+   regions. A transformer block is the usual region (rg_gpt_config.checkpoint):
+
+     rg_checkpoint_begin(ctx);
+     x = rg_nn_block_forward(ctx, &block, x);
+     rg_checkpoint_end(ctx, x);
+
+   rg_checkpoint_begin opens a region; MISUSE if one is open (regions do not nest).
+   rg_checkpoint_end closes it. out, which an op of the region made, survives it, with the
+   other outputs of that op (attention's row statistics...), and so do tensors of the
+   region given to rg_retain_grad before the end, lent (rg_export) or uploaded (rg_input).
+   Every other tensor the region made is refused afterwards by every call that takes it
+   (MISUSE, saying so), the shape queries excepted: make the value needed later the
+   region's output. The region's inputs must keep their values until rg_backward (no
+   rg_write or optimizer step on them in between): its recomputation reads them again.
+   out == RG_NONE closes the region without giving anything back (unwinding after an
+   error). MISUSE without an open region, or for an out the region did not make (the
+   region is closed then and keeps its tensors). While a region is open, rg_backward,
+   rg_step_begin and rg_reset refuse (MISUSE) and change nothing. A loss computed inside a
+   region is recorded with its backward as two nodes rather than one: end regions before
+   the loss. Not barriers. */
+RG_API rg_status rg_checkpoint_begin(rg_ctx *ctx);
+RG_API rg_status rg_checkpoint_end(rg_ctx *ctx, rg_tensor out);
+
 /* ---- optimizers ---------------------------------------------------------------------- */
 
 /* Zero fields take the defaults shown. weight_decay is used as given (0 = none). */
@@ -612,6 +645,61 @@ RG_API rg_status rg_clip_grad_value(rg_ctx *ctx, float max_abs);
 /* Barrier (queued steps refer to opt), then frees the optimizer. NULL is fine. Its state
    stays in the persistent pool until that pool is reset. */
 RG_API void rg_optim_free(rg_optim *opt);
+
+/* ---- ring buffers --------------------------------------------------------------------
+   A ring buffer is a table of capacity entries of rows values each, kept on the device
+   outside the per-step pool: replay memory for reinforcement learning, a window of
+   streaming data. Its handle is a persistent tensor [capacity, rows] (generation-checked
+   like any handle: rg_reset(RG_POOL_PERSISTENT) makes it stale) beside a small state on
+   the device (the next slot to write, how many entries it holds, how many samples were
+   drawn), which only recorded nodes read and change. So pushes, gathers and samples are
+   ordered with the queue like any op (a gather recorded before a push sees the old
+   contents), and a step that pushes and samples records the same graph every time: on
+   CUDA it replays, each replay working on the ring as it then is, with no transfer but
+   the entries pushed. Entries are numbered from the oldest (0) to the newest (count - 1);
+   once full, a push overwrites the oldest. rg_read of the handle gives the raw table, slot
+   by slot (the oldest entry is not slot 0 once the ring has wrapped); other ops read it
+   like any persistent tensor, and rg_write replaces the table (not the state). A ring
+   takes capacity * rows elements (rounded up to 256 bytes) plus 256 bytes of the
+   persistent pool and its budget.
+   The ring holds values: entries pushed carry no gradient into it, and gathers give
+   tensors that require none. docs/ring.md has a replay-buffer loop. */
+
+/* A new ring of capacity entries of rows elements of dtype (any), all zero, holding
+   none. capacity in [1, 2^31 - 1], rows >= 1, else MISUSE; RG_ERR_OOM as for any
+   persistent tensor. It may reuse the bytes of a ring rg_ring_free freed (its zeroing is
+   recorded, so queued readers of the old ring run first). Records two fills; not a
+   barrier. */
+RG_API rg_tensor rg_ring_new(rg_ctx *ctx, rg_dtype dtype, int64_t capacity, int64_t rows);
+/* Records the append of entries, [k, rows] (k entries, 1 <= k <= capacity) or [rows] (one),
+   of the ring's dtype, after the newest: entry j goes to the slot after entry j - 1, the
+   oldest entries are overwritten once the ring is full, and the count becomes min(count +
+   k, capacity). Nodes recorded before it read the old contents, nodes after it the new;
+   entries may come from either pool (copied when the node runs; the ring itself is
+   refused). MISUSE for another shape or dtype, naming both. Not a barrier. */
+RG_API rg_status rg_ring_push(rg_ctx *ctx, rg_tensor ring, rg_tensor entries);
+/* Records a gather: I32 idx of up to 3 axes -> [..idx.., rows] of the ring's dtype, row p
+   a copy of entry idx[p] (0 the oldest). An index outside [0, count) is RG_ERR_MISUSE at
+   the barrier naming the value, its position and the count; nothing is read outside the
+   ring. A pass tensor, no gradient. Not a barrier. */
+RG_API rg_tensor rg_ring_gather(rg_ctx *ctx, rg_tensor ring, rg_tensor idx);
+/* Records the draw of n entry numbers (I32 [n], for rg_ring_gather) uniformly from [0,
+   count) on the device, with replacement: no upload, and a captured step draws new ones
+   at each replay. Drawn by Philox keyed by the context seed with the ring's own count of
+   samples drawn, so a program run twice with one seed draws the same batches on the CPU
+   and on CUDA (each value's probability is 1/count within count / 2^32). Sampling an
+   empty ring is RG_ERR_MISUSE at the barrier. n in [1, 2^31 - 1] else MISUSE. Not a
+   barrier. */
+RG_API rg_tensor rg_ring_sample(rg_ctx *ctx, rg_tensor ring, int64_t n);
+/* Barrier; then the number of entries the ring holds into *count (a 4-byte download,
+   site RG_SITE_READ). A failed drain's status is returned with the count its nodes that
+   ran left. NULL count: MISUSE. */
+RG_API rg_status rg_ring_count(rg_ctx *ctx, rg_tensor ring, int64_t *count);
+/* Frees the ring: its handle is stale from now on (RG_ERR_STALE naming rg_ring_free), and
+   its bytes go back to the persistent pool for a later rg_ring_new. Nodes already queued
+   that read or push to it still run on its contents, at the next barrier, as recorded.
+   A lent ring (rg_export) is refused (MISUSE) until its loans end. Not a barrier. */
+RG_API rg_status rg_ring_free(rg_ctx *ctx, rg_tensor ring);
 
 /* ---- token data ----------------------------------------------------------------------
    A dataset of tokens in a file, read through a memory map (POSIX), and the batches of a
@@ -726,6 +814,63 @@ RG_API rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt);
    the key is set again, rg_load or rg_close) or NULL; after rg_load it holds the file's. */
 RG_API rg_status rg_meta_set(rg_ctx *ctx, const char *key, const char *value);
 RG_API const char *rg_meta_get(rg_ctx *ctx, const char *key);
+
+/* ---- safetensors files ---------------------------------------------------------------
+   Any safetensors file's tensors by name, as host bytes: for weights made elsewhere (a
+   Hugging Face model: resgrad_nn.h's rg_gpt_load_hf reads GPT-2's with these) and for
+   writing such files. The format, which rg_save writes too: an 8-byte little-endian
+   header length, a JSON header {"<name>": {"dtype", "shape", "data_offsets": [begin,
+   end]}, ..., "__metadata__": {"<key>": "<value>", ...}}, then the data section,
+   each tensor's elements little-endian in C order. None of these touch the device,
+   record or barrier: ctx is used for its sticky error and its host allocator only. A
+   dry-run context opens and reads files but refuses rg_st_write (RG_ERR_UNSUPPORTED,
+   as rg_save: what it would write, its reads, are zeros). A file and what it returned
+   are used by the thread of its context, and closed before rg_close. */
+
+#define RG_ST_MAX_DIMS 8
+/* One tensor of a safetensors file. dtype is the format's name: "F32", "BF16", "F16",
+   "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8_E4M3",
+   "F8_E5M2". */
+typedef struct rg_st_tensor {
+  const char *name;              /* 1 to 299 bytes, not "__metadata__" */
+  char dtype[16];
+  int ndim;                      /* 0 to RG_ST_MAX_DIMS */
+  int64_t dims[RG_ST_MAX_DIMS];
+  size_t nbytes;                 /* rg_st_open: its bytes; rg_st_write ignores it */
+  const void *data;              /* rg_st_write: its bytes; NULL from rg_st_open */
+} rg_st_tensor;
+typedef struct rg_st_file rg_st_file;
+
+/* Opens a safetensors file and validates its whole header (the header length, the JSON,
+   every dtype one of the format's, each tensor's offsets inside the file and holding
+   exactly its shape's bytes, no name twice, no two tensors overlapping); reads no data.
+   NULL with RG_ERR_IO naming the file and what is wrong (RG_ERR_MISUSE for an empty
+   path, RG_ERR_OOM). Free it with rg_st_close. */
+RG_API rg_st_file *rg_st_open(rg_ctx *ctx, const char *path);
+/* The number of tensors (0 for NULL), and tensor i in the header's order (NULL outside
+   [0, count)) or by name (NULL when absent). What these return belongs to the file and
+   lives until rg_st_close; its data is NULL. */
+RG_API int rg_st_count(const rg_st_file *f);
+RG_API const rg_st_tensor *rg_st_at(const rg_st_file *f, int i);
+RG_API const rg_st_tensor *rg_st_find(const rg_st_file *f, const char *name);
+/* The value of a "__metadata__" key (the file's, until rg_st_close), or NULL. */
+RG_API const char *rg_st_meta(const rg_st_file *f, const char *key);
+/* Copies tensor t's bytes (t from rg_st_at or rg_st_find of f) into dst; bytes must be
+   t->nbytes, else RG_ERR_MISUSE. RG_ERR_IO when the file can no longer be read there. */
+RG_API rg_status rg_st_read(rg_st_file *f, const rg_st_tensor *t, void *dst, size_t bytes);
+/* Closes the file and frees what it returned. NULL is fine. */
+RG_API void rg_st_close(rg_st_file *f);
+/* Writes the n tensors t[0..n) (each's data: its dims' product times its dtype's size
+   bytes, C order) as a safetensors file, in that order, with meta's pairs (key, value,
+   ..., NULL; meta may be NULL) as its "__metadata__". The write is rg_save's: atomic, a
+   symbolic link written through, a path that is not a regular file refused with
+   RG_ERR_IO, and a NaN or Inf in an F32 or BF16 tensor refused with RG_ERR_NONFINITE
+   (unless rg_options.nonfinite_checkpoints); on any error nothing is written and an
+   existing file is unchanged. RG_ERR_MISUSE, before anything is written, for a bad
+   name (empty, too long, twice), dtype, ndim or dimension, or NULL data of a non-empty
+   tensor. Not a barrier; written on every rank of a distributed context. */
+RG_API rg_status rg_st_write(rg_ctx *ctx, const char *path, const rg_st_tensor *t, int n,
+                             const char *const *meta);
 
 /* ---- sharing memory with other libraries ------------------------------------------
    Zero-copy exchange with array libraries (NumPy, PyTorch, CuPy...), the primitives a
@@ -914,7 +1059,7 @@ typedef enum rg_site {
   RG_SITE_WRITE,      /* rg_write (up) */
   RG_SITE_PARAM_INIT, /* rg_param filling, rg_backward's seed once (up) */
   RG_SITE_OPTIM,      /* rg_optim_set_lr and optimizer state reads, rg_optim_lr (up/down) */
-  RG_SITE_READ,       /* rg_read, rg_item (down) */
+  RG_SITE_READ,       /* rg_read, rg_item, rg_ring_count (down) */
   RG_SITE_CHECKPOINT, /* rg_save (down), rg_load (up) */
   RG_SITE_RNG,        /* dropout's step counter, 8 bytes up in a step that uses dropout */
   RG_SITE_COUNT

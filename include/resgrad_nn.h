@@ -19,8 +19,8 @@
  *  - Weights use PyTorch's layout [out, in], as torch.nn.Linear and nanoGPT, whose
  *    checkpoints map as they are (rg_gpt_new with prefix "transformer."; nanoGPT's
  *    lm_head.weight is the tied wte.weight). Hugging Face's GPT-2 stores attn.c_attn,
- *    attn.c_proj, mlp.c_fc and mlp.c_proj weights as Conv1D, [in, out]: transpose those
- *    four when importing from (or exporting to) it.
+ *    attn.c_proj, mlp.c_fc and mlp.c_proj weights as Conv1D, [in, out]: rg_gpt_load_hf
+ *    and rg_gpt_save_hf transpose those four.
  *  - Init functions return RG_OK, or an error with the sticky error set: MISUSE for a bad
  *    argument (NULL struct, non-positive size, dropout outside [0, 1)), else the status
  *    of the rg_param call that failed (a duplicate name is MISUSE, a full pool OOM).
@@ -146,6 +146,9 @@ typedef struct rg_gpt_config {
   int64_t width;  /* C, a multiple of heads */
   int64_t heads;  /* H */
   float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
+  int checkpoint; /* 1: each block is an activation checkpoint region (rg_checkpoint_begin):
+                     the forward keeps a block's output, rg_backward recomputes the rest;
+                     the same gradients bit for bit, for less memory and more compute */
 } rg_gpt_config;
 
 /* GPT-2 (structure and initialisation as the GPT of torch_ref.py, the PyTorch reference
@@ -197,6 +200,51 @@ RG_API int64_t rg_gpt_param_count(const rg_gpt *gpt);
 RG_API const rg_gpt_config *rg_gpt_config_of(const rg_gpt *gpt);
 /* Frees the struct; the parameters stay in the context. NULL is fine. */
 RG_API void rg_gpt_free(rg_gpt *gpt);
+
+/* ---- Hugging Face GPT-2 checkpoints -------------------------------------------------- */
+
+/* Makes a GPT from a GPT-2 checkpoint in Hugging Face's safetensors layout (the
+   model.safetensors of a GPT2LMHeadModel or GPT2Model, e.g. save_pretrained's): tensor
+   names with or without "transformer." ("transformer.h.0.attn.c_attn.weight" or
+   "h.0.attn.c_attn.weight"), the four projection weights (attn.c_attn, attn.c_proj,
+   mlp.c_fc, mlp.c_proj) in Conv1D's layout [in, out], which are transposed to resgrad's
+   [out, in]; "lm_head.weight" absent or equal to wte (tied); the causal mask's buffers
+   h.N.attn.bias and h.N.attn.masked_bias ignored. vocab, block (n_positions), layers
+   and width (n_embd) come from the tensors' shapes. heads > 0 is n_head; heads == 0
+   reads "n_head" from the config.json in the file's folder, which must also agree with
+   the tensors (vocab_size, n_positions, n_layer, n_embd when present) and describe
+   GPT-2's computation, which is rg_gpt's: activation_function "gelu_new" (or
+   "gelu_pytorch_tanh", "gelu_fast": GELU's tanh approximation), layer_norm_epsilon
+   1e-5, scale_attn_weights true, scale_attn_by_inverse_layer_idx false. Values may be
+   F32, BF16 or F16 (converted to F32 exactly); the parameters are F32, named as
+   rg_gpt_new names them after prefix, dropout 0. The checkpoint's logits are then
+   rg_gpt_forward's (tests/test_hf.c compares them with the transformers package's).
+   Returns NULL with the sticky error set: RG_ERR_IO naming the file and what is wrong
+   when it is not a GPT-2 of this layout (not safetensors, a resgrad checkpoint, a tensor
+   missing, of another shape or dtype, a tensor GPT-2 does not have, an untied head, a
+   config.json that is missing when heads == 0, or disagrees), RG_ERR_NONFINITE for a NaN
+   or Inf in a value, RG_ERR_MISUSE for heads < 0 or heads that do not divide n_embd
+   (and rg_gpt_new's errors). Every name, shape and dtype is checked before any
+   parameter is made; a read that fails or a NaN found after that leaves the parameters
+   made so far in the context, as a failed rg_gpt_new does. Barriers (rg_write of each
+   parameter). Free the struct with rg_gpt_free. */
+RG_API rg_gpt *rg_gpt_load_hf(rg_ctx *ctx, const char *path, int64_t heads,
+                              const char *prefix);
+/* Writes gpt as a Hugging Face GPT-2 checkpoint: path gets the tensors (F32, named
+   "transformer." + GPT-2's name, the four projections in Conv1D's layout, no
+   "lm_head.weight": the head is tied, as save_pretrained writes it; "__metadata__"
+   {"format": "pt"}) through rg_st_write (atomic; NaN and Inf refused), then the
+   config.json in the same folder is replaced by a GPT2LMHeadModel's (model_type "gpt2",
+   the sizes, "gelu_new", eps 1e-5, dropout, tied embeddings). A folder holding
+   "model.safetensors" and that config.json loads with transformers'
+   GPT2LMHeadModel.from_pretrained (add a tokenizer for text), and with rg_gpt_load_hf.
+   Barrier (rg_read of each parameter). On a rank other than 0 of a distributed context
+   it writes nothing and returns rg_sync's status, as rg_save; a dry-run context refuses
+   it (RG_ERR_UNSUPPORTED, from rg_st_write). Errors: RG_ERR_MISUSE
+   (NULL gpt, empty path), RG_ERR_IO (either file cannot be written; when only
+   config.json fails, the tensors' file is already in place), RG_ERR_OOM, and rg_read's
+   and rg_st_write's. */
+RG_API rg_status rg_gpt_save_hf(const rg_gpt *gpt, const char *path);
 
 #ifdef __cplusplus
 }

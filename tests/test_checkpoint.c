@@ -4,6 +4,8 @@
  * Non-finite values: a save refuses them (the old file untouched), a load refuses a file
  * holding one (nothing changed), rg_options.nonfinite_checkpoints lets both through.
  * Paths: a save writes through a symbolic link, and refuses a FIFO or a directory.
+ * rg_st_write / rg_st_open: any dtypes, shapes and metadata round trip; bad headers and
+ * arguments are refused naming the problem; a checkpoint reads as a safetensors file.
  */
 #include "common.h"
 
@@ -402,6 +404,102 @@ static void test_paths(void) {
   close_model(&m);
 }
 
+/* rg_st_write and rg_st_open: any tensors and metadata round trip, a resgrad checkpoint
+   reads as a safetensors file, bad headers and bad arguments are refused with a reason. */
+static void test_st(void) {
+  rg_ctx *ctx = open_cpu();
+  if (!ctx) return;
+  static const uint16_t h[6] = {1, 2, 3, 4, 5, 6};
+  static const int64_t q[2] = {-7, 1LL << 40};
+  static const unsigned char flags[3] = {1, 0, 1};
+  const rg_st_tensor t[] = {
+      {.name = "half", .dtype = "F16", .ndim = 2, .dims = {2, 3}, .data = h},
+      {.name = "big \"ints\"", .dtype = "I64", .ndim = 1, .dims = {2}, .data = q},
+      {.name = "flags", .dtype = "BOOL", .ndim = 3, .dims = {1, 3, 1}, .data = flags},
+      {.name = "empty", .dtype = "F32", .ndim = 2, .dims = {0, 5}, .data = NULL},
+      {.name = "scalar", .dtype = "U8", .ndim = 0, .data = flags}};
+  static const char *const meta[] = {"format", "pt", "who", "a \"test\"", NULL};
+  CHECK_ST(ctx, rg_st_write(ctx, bad, t, 5, meta), RG_OK);
+  rg_st_file *f = rg_st_open(ctx, bad);
+  CHECK(f && rg_st_count(f) == 5, "reopened: %s", rg_errmsg(ctx));
+  for (int i = 0; f && i < 5; i++) {
+    const rg_st_tensor *r = rg_st_at(f, i), *n = rg_st_find(f, t[i].name);
+    CHECK(r == n && r && !strcmp(r->name, t[i].name) && !strcmp(r->dtype, t[i].dtype) &&
+              r->ndim == t[i].ndim && !memcmp(r->dims, t[i].dims, sizeof r->dims) && !r->data,
+          "tensor %d described as written", i);
+    unsigned char buf[32] = {0};
+    if (r && r->nbytes <= sizeof buf) {
+      CHECK_ST(ctx, rg_st_read(f, r, buf, r->nbytes), RG_OK);
+      CHECK(!r->nbytes || !memcmp(buf, t[i].data, r->nbytes), "tensor %d's bytes", i);
+    }
+  }
+  const char *who = rg_st_meta(f, "who");
+  CHECK(who && !strcmp(who, "a \"test\"") && !rg_st_meta(f, "none"), "metadata read back");
+  CHECK(!rg_st_at(f, 5) && !rg_st_at(f, -1) && !rg_st_find(f, "nope"), "lookups outside");
+  unsigned char small[4];
+  CHECK_ST(ctx, rg_st_read(f, rg_st_find(f, "half"), small, sizeof small), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "12 bytes"), "wrong size named: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_st_read(f, &t[0], small, 12), RG_ERR_MISUSE); /* not the file's */
+  rg_clear_error(ctx);
+  rg_st_close(f);
+
+  /* misuse: nothing written, the file above unchanged */
+  const rg_st_tensor dup[] = {t[0], t[0]}, bad_dtype[] = {{.name = "x", .dtype = "F12"}},
+                     no_data[] = {{.name = "x", .dtype = "F32", .ndim = 1, .dims = {2}}};
+  CHECK_ST(ctx, rg_st_write(ctx, bad, dup, 2, NULL), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "twice"), "duplicate: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_st_write(ctx, bad, bad_dtype, 1, NULL), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "dtype"), "dtype: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  CHECK_ST(ctx, rg_st_write(ctx, bad, no_data, 1, NULL), RG_ERR_MISUSE);
+  CHECK(msg_has(ctx, "NULL"), "data: %s", rg_errmsg(ctx));
+  rg_clear_error(ctx);
+  rg_ctx *dry = open_cpu_opts((rg_options){.dry_run = 1});
+  CHECK_ST(dry, dry ? rg_st_write(dry, bad, t, 5, NULL) : RG_ERR_UNSUPPORTED,
+           RG_ERR_UNSUPPORTED);
+  if (dry) rg_close(dry);
+  f = rg_st_open(ctx, bad);
+  CHECK(f && rg_st_count(f) == 5, "a refused write changed the file");
+  rg_st_close(f);
+
+  /* bad headers */
+  static const struct { const char *json; size_t data; const char *needle; } hdr[] = {
+      {"{\"a\":{\"dtype\":\"F17\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "F17"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "8 bytes"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"b\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[2,6]}}", 8, "overlap"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+       "more than 8 axes"},
+      {"{\"__metadata__\":{\"k\":1}}", 0, "string"}};
+  for (size_t i = 0; i < sizeof hdr / sizeof *hdr; i++) {
+    with_header(hdr[i].json, hdr[i].data);
+    CHECK(!rg_st_open(ctx, bad) && rg_error(ctx) == RG_ERR_IO && msg_has(ctx, hdr[i].needle),
+          "bad header %zu refused naming \"%s\": %s", i, hdr[i].needle, rg_errmsg(ctx));
+    rg_clear_error(ctx);
+  }
+
+  /* a resgrad checkpoint is a safetensors file */
+  model m = make(5);
+  CHECK_ST(m.ctx, rg_save(m.ctx, path, m.opt), RG_OK);
+  f = rg_st_open(ctx, path);
+  const rg_st_tensor *w1 = rg_st_find(f, "fc1.weight");
+  const char *fmt = rg_st_meta(f, "format");
+  CHECK(f && rg_st_count(f) == 3 + 2 * 3 + 2 && w1 && w1->nbytes == 48 * 4 && fmt &&
+            !strcmp(fmt, "resgrad"),
+        "a checkpoint read with rg_st_open: %s", rg_errmsg(ctx));
+  float mine[48], file[48];
+  CHECK_ST(m.ctx, rg_read(m.ctx, m.w1, mine, sizeof mine), RG_OK);
+  if (w1) CHECK_ST(ctx, rg_st_read(f, w1, file, sizeof file), RG_OK);
+  CHECK(w1 && !memcmp(mine, file, sizeof mine), "fc1.weight read as saved");
+  rg_st_close(f);
+  close_model(&m);
+  CHECK_ST(ctx, rg_close(ctx), RG_OK);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(path, sizeof path, "%s/rg_ckpt_%ld.safetensors", tmp ? tmp : "/tmp", (long)getpid());
@@ -410,6 +508,7 @@ int main(void) {
   test_bad_files();
   test_nonfinite();
   test_paths();
+  test_st();
   unlink(path);
   unlink(bad);
   int r = finish();

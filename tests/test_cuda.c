@@ -13,9 +13,11 @@
  */
 #include "common.h"
 #include "covers.h"
+#include "hf_fixture.h"
 #include "resgrad_nn.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The case filter (argv): is the case of this printed name to run? */
@@ -465,6 +467,26 @@ static out c_argmax(rg_ctx *c) {
   y = rg_add(c, y, rg_cast(c, rg_argmax(c, x, RG_ALL_AXES, 0), RG_F32));
   rg_tensor z = rg_add(c, rg_cast(c, rg_argmax(c, v, 1, 0), RG_F32), rg_sum(c, v, 1, 0));
   return weigh(c, rg_concat(c, flat(c, y), z, 0));
+}
+/* Ring buffers: two pushes that wrap, 300 draws (two blocks of the sampler) gathered,
+   and I32 and BF16 rings moved as stored, beside a parameter that gives the loss its
+   gradient. Both backends draw the same indices (Philox), so the gathers agree exactly. */
+static out c_ring(rg_ctx *c) {
+  float e[7 * 7];
+  int32_t iv[14];
+  for (int i = 0; i < 7 * 7; i++) e[i] = (float)sin(0.7 * i);
+  for (int i = 0; i < 14; i++) iv[i] = i * 3 - 7;
+  rg_tensor ring = rg_ring_new(c, RG_F32, 5, 7);
+  rg_ring_push(c, ring, rg_input(c, RG_F32, D2(3, 7), e));
+  rg_ring_push(c, ring, rg_input(c, RG_F32, D2(4, 7), e + 21)); /* wraps: 2 go */
+  rg_tensor g = rg_ring_gather(c, ring, rg_ring_sample(c, ring, 300));
+  rg_tensor ri = rg_ring_new(c, RG_I32, 3, 7), rb = rg_ring_new(c, RG_BF16, 3, 7);
+  rg_ring_push(c, ri, rg_input(c, RG_I32, D2(2, 7), iv));
+  rg_ring_push(c, rb, rg_cast(c, rg_input(c, RG_F32, D2(2, 7), e), RG_BF16));
+  rg_tensor two = rg_input(c, RG_I32, 1, (int64_t[]){2}, (int32_t[]){1, 0});
+  rg_tensor h = rg_concat(c, rg_cast(c, rg_ring_gather(c, ri, two), RG_F32),
+                          rg_cast(c, rg_ring_gather(c, rb, two), RG_F32), 0);
+  return weigh(c, rg_mul(c, rg_concat(c, g, h, 0), P(c, "x", D2(304, 7))));
 }
 /* A retained loss: rg_backward seeds its gradient with a FILL node, not the shared 1. */
 static out c_seed(rg_ctx *c) {
@@ -1021,6 +1043,73 @@ static void run_checkpoint(void) {
   unlink(a), unlink(b);
 }
 
+/* Activation checkpointing: a GPT with dropout, every block a region, trained S identical
+   steps beside the same GPT without regions (f32 and bf16, cuDNN's attention included
+   where the build has it): the same losses and weights bit for bit after S AdamW steps
+   (so the same gradients), one graph captured and replayed as without regions, and a
+   lower pass-pool peak. */
+static void run_ckpt_act(void) {
+  enum { S = 5, B = 2, T = 512, V = 97 };
+  static int32_t idx[B * T], tg[B * T];
+  for (int i = 0; i < B * T; i++) idx[i] = (i * 7) % V, tg[i] = (i * 11 + 3) % V;
+  for (int bf = 0; bf < 2; bf++) {
+    const char *what = bf ? "bf16" : "f32";
+    rg_ctx *c[2] = {NULL, NULL};
+    rg_gpt *g[2] = {NULL, NULL};
+    rg_optim *opt[2] = {NULL, NULL};
+    float loss[2][S];
+    rg_stats st[2];
+    for (int k = 0; k < 2; k++) { /* k = 1: every block a region */
+      rg_open(&c[k], &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1, .seed = 3, .bf16 = bf});
+      CHECK(c[k] != NULL, "ckpt-act: no CUDA context");
+      if (!c[k]) return;
+      rg_gpt_config cfg = {.vocab = V, .block = T, .layers = 3, .width = 128, .heads = 2,
+                           .dropout = 0.1f, .checkpoint = k};
+      g[k] = rg_gpt_new(c[k], &cfg, NULL);
+      opt[k] = rg_optim_adamw(c[k], &(rg_adamw_options){.lr = 1e-3f});
+      for (int s = 0; s < S; s++) {
+        rg_step_begin(c[k]);
+        rg_tensor l = rg_gpt_loss(g[k], rg_input(c[k], RG_I32, D2(B, T), idx),
+                                  rg_input(c[k], RG_I32, D2(B, T), tg));
+        rg_backward(c[k], l);
+        rg_optim_step(opt[k]);
+        rg_zero_grad(c[k]);
+        CHECK_ST(c[k], rg_item(c[k], l, &loss[k][s]), RG_OK);
+      }
+      rg_stats_get(c[k], &st[k]);
+    }
+    int same = !memcmp(loss[0], loss[1], sizeof loss[0]);
+    for (int i = 0; i < rg_param_count(c[0]); i++) {
+      size_t bytes = sizeof(float) * (size_t)rg_numel(c[0], rg_param_at(c[0], i));
+      float *v[2] = {malloc(bytes), malloc(bytes)};
+      for (int k = 0; k < 2; k++)
+        CHECK_ST(c[k], rg_read(c[k], rg_param_at(c[k], i), v[k], bytes), RG_OK);
+      same &= !memcmp(v[0], v[1], bytes);
+      free(v[0]);
+      free(v[1]);
+    }
+    int graphs = st[1].graph_captures == st[0].graph_captures &&
+                 st[1].graph_replays == st[0].graph_replays && st[1].graph_replays >= 1;
+    int lower = st[1].pass_peak < st[0].pass_peak;
+    CHECK(same, "ckpt-act %s: losses or weights differ with regions (last loss %.9g, %.9g)",
+          what, loss[0][S - 1], loss[1][S - 1]);
+    CHECK(graphs, "ckpt-act %s: %llu captures, %llu replays with regions, %llu, %llu "
+          "without", what, (unsigned long long)st[1].graph_captures,
+          (unsigned long long)st[1].graph_replays, (unsigned long long)st[0].graph_captures,
+          (unsigned long long)st[0].graph_replays);
+    CHECK(lower, "ckpt-act %s: pass peak %zu with regions, %zu without", what,
+          st[1].pass_peak, st[0].pass_peak);
+    printf("%-12s %s  %s: losses and weights bit for bit after %d steps, %llu replays, pass "
+           "peak %zu -> %zu\n", "ckpt-act", same && graphs && lower ? "PASS" : "FAIL", what,
+           S, (unsigned long long)st[1].graph_replays, st[0].pass_peak, st[1].pass_peak);
+    for (int k = 0; k < 2; k++) {
+      rg_optim_free(opt[k]);
+      rg_gpt_free(g[k]);
+      CHECK_ST(c[k], rg_close(c[k]), RG_OK);
+    }
+  }
+}
+
 /* Identical steps replay one captured graph from the third step on, and the replays see
    each step's new batch, learning rate and dropout mask: the CUDA loss trajectory equals
    the CPU's, which has no graphs. */
@@ -1064,6 +1153,76 @@ static void run_graphs(void) {
   printf("%-12s %s  %llu capture, %llu replays, loss error vs CPU %.3g\n", "graphs",
          st[1].graph_captures == 1 && st[1].graph_replays == S - 2 && e < 1e-5 ? "PASS" : "FAIL",
          (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, e);
+}
+
+/* A replay-buffer step (push new entries, sample on the device, gather, fit) replays one
+   captured graph from the third step on, and each replay pushes to and draws from the ring
+   as it then is: the CUDA losses and the ring's final contents equal the CPU's. Then a
+   gather out of range and a sample of an empty ring fail the drain as on the CPU. */
+static void run_ring_replay(void) {
+  enum { S = 9, K = 4, B = 32, CAP = 16 };
+  rg_options o = {.quiet = 1, .seed = 4};
+  float loss[2][S], table[2][CAP * 3];
+  int64_t count[2] = {0, 0};
+  rg_stats st[2];
+  for (int d = 0; d < 2; d++) {
+    o.device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+    rg_ctx *c = NULL;
+    rg_open(&c, &o);
+    rg_tensor ring = rg_ring_new(c, RG_F32, CAP, 3);
+    rg_tensor w = rg_param(c, "w", RG_F32, D2(1, 2), normal(0.3f));
+    rg_optim *opt = rg_optim_adamw(c, &(rg_adamw_options){.lr = 1e-2f});
+    for (int s = 0; s < S; s++) {
+      float t[K * 3];
+      for (int i = 0; i < K; i++) {
+        float x0 = (float)cos(i + 5.0 * s), x1 = (float)sin(2.0 * i + s);
+        t[3 * i] = x0, t[3 * i + 1] = x1, t[3 * i + 2] = x0 - 2 * x1;
+      }
+      rg_step_begin(c);
+      rg_ring_push(c, ring, rg_input(c, RG_F32, D2(K, 3), t));
+      rg_tensor b = rg_ring_gather(c, ring, rg_ring_sample(c, ring, B));
+      rg_tensor l = rg_mse(c, rg_linear(c, rg_slice(c, b, 1, 0, 2), w, RG_NONE),
+                           rg_slice(c, b, 1, 2, 1));
+      rg_backward(c, l);
+      rg_optim_step(opt);
+      rg_zero_grad(c);
+      CHECK_ST(c, rg_item(c, l, &loss[d][s]), RG_OK);
+    }
+    rg_stats_get(c, &st[d]);
+    CHECK_ST(c, rg_ring_count(c, ring, &count[d]), RG_OK);
+    CHECK_ST(c, rg_read(c, ring, table[d], sizeof table[d]), RG_OK);
+    if (d) { /* the faults, on CUDA */
+      rg_step_begin(c);
+      float v[2 * 3];
+      rg_tensor bad = rg_ring_gather(c, ring, rg_input(c, RG_I32, 1, (int64_t[]){2},
+                                                       (int32_t[]){0, 99}));
+      CHECK(rg_read(c, bad, v, sizeof v) == RG_ERR_MISUSE && msg_has(c, "rg_ring_gather") &&
+            msg_has(c, "index 99 at position 1") && msg_has(c, "[0, 16)"),
+            "ring index on CUDA: %s", rg_errmsg(c));
+      rg_clear_error(c);
+      rg_step_begin(c);
+      int32_t i3[3];
+      rg_tensor none = rg_ring_sample(c, rg_ring_new(c, RG_F32, 2, 2), 3);
+      CHECK(rg_read(c, none, i3, sizeof i3) == RG_ERR_MISUSE && msg_has(c, "empty"),
+            "empty ring on CUDA: %s", rg_errmsg(c));
+      rg_clear_error(c);
+    }
+    rg_optim_free(opt);
+    CHECK_ST(c, rg_close(c), RG_OK);
+  }
+  double e = nerr(loss[1], loss[0], S);
+  int same = count[0] == count[1] && !memcmp(table[0], table[1], sizeof table[0]);
+  int graphs = st[1].graph_captures == 1 && st[1].graph_replays == S - 2;
+  CHECK(graphs, "ring-replay: %llu captures, %llu replays over %d identical steps (want 1, "
+        "%d); last miss: %s", (unsigned long long)st[1].graph_captures,
+        (unsigned long long)st[1].graph_replays, S, S - 2, st[1].graph_miss_reason);
+  CHECK(e < 1e-5, "ring-replay: loss error vs CPU %.3g", e);
+  CHECK(same, "ring-replay: the ring differs from the CPU's (count %lld vs %lld)",
+        (long long)count[1], (long long)count[0]);
+  printf("%-12s %s  %llu capture, %llu replays, loss error vs CPU %.3g, ring %s\n",
+         "ring-replay", graphs && e < 1e-5 && same ? "PASS" : "FAIL",
+         (unsigned long long)st[1].graph_captures, (unsigned long long)st[1].graph_replays, e,
+         same ? "equal" : "differs");
 }
 
 /* Caller faults found by a kernel fail the drain at that node, as on the CPU. */
@@ -1192,6 +1351,33 @@ static void run_oom_and_sync(void) {
   CHECK_ST(g, rg_close(g), RG_OK);
 }
 
+/* The tiny GPT-2 that transformers made (tests/data/hf_gpt2_tiny) loaded on the GPU gives
+   transformers' logits within 1e-4 (strict F32 products), and exported from the GPU it
+   loads back to the same logits. */
+static void run_hf(void) {
+  rg_ctx *g = NULL;
+  rg_open(&g, &(rg_options){.device = RG_DEVICE_CUDA, .quiet = 1});
+  if (!g) return;
+  char model[4096];
+  hf_path(model, sizeof model, "model.safetensors");
+  for (int pass = 0; pass < 2; pass++) {
+    const char *path = pass ? "hf_export/model.safetensors" : model;
+    rg_gpt *gpt = rg_gpt_load_hf(g, path, 0, pass ? "again." : NULL);
+    CHECK(gpt != NULL, "hf: rg_gpt_load_hf(%s) on CUDA: %s", path, rg_errmsg(g));
+    double err = gpt ? hf_logits_err(g, gpt) : -1;
+    CHECK(err >= 0 && err <= 1e-4, "hf: %s on CUDA: max |logit - transformers'| %.3g", path,
+          err);
+    printf("%-14s max |logit - transformers'| %.2e (%s)\n", pass ? "hf-exported" : "hf", err,
+           path);
+    if (!pass && gpt) {
+      mkdir("hf_export", 0755);
+      CHECK_ST(g, rg_gpt_save_hf(gpt, "hf_export/model.safetensors"), RG_OK);
+    }
+    rg_gpt_free(gpt);
+  }
+  CHECK_ST(g, rg_close(g), RG_OK);
+}
+
 int main(int argc, char **argv) {
   only = argv + 1, nonly = argc - 1;
   rg_ctx *probe = NULL;
@@ -1253,6 +1439,8 @@ int main(int argc, char **argv) {
       {"bf16", c_bf16, 1e-5, RG_COVERS(RG_OP_MATMUL, RG_OP_LINEAR, RG_OP_CAST)},
       {"argmax", c_argmax, 1e-6, RG_COVERS(RG_OP_ARGMAX)},
       {"seed", c_seed, 1e-5, RG_COVERS(RG_OP_FILL)},
+      {"ring", c_ring, 1e-6,
+       RG_COVERS(RG_OP_RING_PUSH, RG_OP_RING_GATHER, RG_OP_RING_SAMPLE, RG_OP_FILL)},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     run_case(cases[i].name, cases[i].f, cases[i].tol, cases[i].covers);
@@ -1311,9 +1499,12 @@ int main(int argc, char **argv) {
   run_schedule(RG_COVERS(RG_OP_LR_SCHEDULE, RG_OP_CLIP_VALUE));
   if (want("checkpoint")) run_checkpoint();
   if (want("graphs")) run_graphs();
+  if (want("ckpt-act")) run_ckpt_act();
   if (want("faults")) run_faults();
+  if (want("ring-replay")) run_ring_replay();
   if (want("attn-limit")) run_attn_limit();
   if (want("oom+sync")) run_oom_and_sync();
+  if (want("hf")) run_hf();
   CHECK(nwanted > 0, "no case's name contains any of the %d names given", nonly);
   return finish();
 }

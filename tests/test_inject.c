@@ -3,7 +3,8 @@
  * step (forward, backward, AdamW, save).
  *
  * Allocation failures: the model is built, then the N-th host allocation from there on
- * fails, for N = 1, 2, ... until a whole step runs without reaching it. Each failure must
+ * fails, for N = 1, 2, ... until a whole step runs without reaching it (again with the
+ * first layer an activation checkpoint region, recomputed by rg_backward). Each failure must
  * be RG_ERR_OOM, the context must keep working, and a retry (the step again if its drain
  * never ran, else only what failed) must leave weights, optimizer state and checkpoint
  * bit-identical to a run without failures. LeakSanitizer (make sanitize) checks that
@@ -27,6 +28,7 @@
 static char path[256], refpath[256];
 
 typedef struct model { rg_tensor w1, b1, w2; rg_optim *opt; } model;
+static int regions; /* the first layer is an activation checkpoint region */
 
 static void build(rg_ctx *c, model *m) {
   rg_init n = {RG_INIT_NORMAL, 0.3f, 0};
@@ -56,10 +58,12 @@ static rg_status step(rg_ctx *c, model *m, const char *file, int *ran, size_t *t
   T_;
   rg_tensor yi = rg_input(c, RG_I32, 1, (int64_t[]){B}, y);
   T_;
+  if (regions && (st = rg_checkpoint_begin(c)) != RG_OK) return st;
   rg_tensor h = rg_linear(c, xi, m->w1, m->b1);
   T_;
   h = rg_gelu(c, h);
   T_;
+  if (regions && (st = rg_checkpoint_end(c, h)) != RG_OK) return st;
   rg_tensor lo = rg_linear(c, h, m->w2, RG_NONE);
   T_;
   rg_tensor loss = rg_cross_entropy(c, lo, yi);
@@ -163,8 +167,9 @@ static void test_alloc_failures(void) {
   }
   free(fref);
   CHECK(done && points > 20, "%d failure points, then a clean step (%d)", points, done);
-  printf("allocation failures: %d points in forward, backward, AdamW and save; each gave "
-         "RG_ERR_OOM and a bit-identical retry\n", points);
+  printf("allocation failures%s: %d points in forward, backward, AdamW and save; each gave "
+         "RG_ERR_OOM and a bit-identical retry\n", regions ? " (a checkpoint region)" : "",
+         points);
 }
 
 static void test_budgets(void) {
@@ -218,6 +223,9 @@ int main(void) {
   snprintf(path, sizeof path, "%s/rg_inject_%ld.st", tmp ? tmp : "/tmp", (long)getpid());
   snprintf(refpath, sizeof refpath, "%s/rg_inject_ref_%ld.st", tmp ? tmp : "/tmp", (long)getpid());
   test_alloc_failures();
+  regions = 1;
+  test_alloc_failures();
+  regions = 0;
   test_budgets();
   unlink(path);
   unlink(refpath);

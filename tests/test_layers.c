@@ -41,9 +41,9 @@ static const struct { const char *file; int layer; } table[] = {
     /* recording nodes, draining them, resetting the pools */
     {"queue.c", QUEUE},
     /* what records nodes: transfers, ops, autograd and the all-reduces it records
-       (dist.c), BF16 shadows */
+       (dist.c), BF16 shadows, checkpoint regions and their recomputation */
     {"transfer.c", RECORD}, {"ops.c", RECORD}, {"autograd.c", RECORD}, {"shadow.c", RECORD},
-    {"dist.c", RECORD}, {"share.c", RECORD},
+    {"dist.c", RECORD}, {"share.c", RECORD}, {"recompute.c", RECORD}, {"ring.c", RECORD},
     /* optimizers, checkpoints, gradient checks, token datasets (their batches are
        rg_input's uploads) */
     {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN}, {"data.c", TRAIN},

@@ -130,6 +130,14 @@ static void test_resume_exact(result *r) {
   line_after(r->out, "held-out loss ", full_ho, sizeof full_ho);
   CHECK(strstr(full_loss, "at step 40") != NULL, "no final loss at step 40 in:\n%s", r->out);
 
+  /* each block an activation checkpoint region: the same run bit for bit */
+  run(r, TINY " --steps 40 --checkpoint-activations");
+  CHECK(r->code == 0, "--checkpoint-activations exited %d: %s", r->code, r->err);
+  CHECK(!strcmp(line_after(r->out, "final loss ", got, sizeof got), full_loss),
+        "--checkpoint-activations: final loss '%s' != '%s' without", got, full_loss);
+  CHECK(!strcmp(line_after(r->out, "held-out loss ", got_ho, sizeof got_ho), full_ho),
+        "--checkpoint-activations: held-out loss '%s' != '%s' without", got_ho, full_ho);
+
   run(r, TINY " --steps 40 --stop-at 20 --save half.st");
   CHECK(r->code == 0, "the first half exited %d: %s", r->code, r->err);
   CHECK(strstr(r->out, "at step 20") != NULL, "the first half did not stop at 20:\n%s", r->out);

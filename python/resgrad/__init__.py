@@ -22,8 +22,9 @@ import contextlib as _contextlib
 from . import _resgrad
 from ._helpers import dtype
 from ._resgrad import (ALL_AXES, OP_TABLE, OPS, DeviceError, DrainFailedError, Error,
-                       InputOutputError, NonFiniteError, OutOfMemoryError, StaleHandleError,
-                       Tensor, UnsupportedError, UsageError, from_dlpack, version)
+                       InputOutputError, NonFiniteError, OutOfMemoryError, Ring,
+                       StaleHandleError, Tensor, UnsupportedError, UsageError, from_dlpack,
+                       version)
 
 float32 = dtype.float32
 bfloat16 = dtype.bfloat16

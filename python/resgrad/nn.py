@@ -182,12 +182,34 @@ class GPT(Module):
     """GPT-2's architecture with a tied head, as the C library's rg_gpt (resgrad_nn.h):
     parameters named as GPT-2's state dict ("wte.weight", "h.0.attn.c_attn.weight", ...)
     after prefix. forward(idx int32 [B, T]) gives logits [B, T, vocab]; loss(idx, targets)
-    the mean cross-entropy, computed in one fused node."""
+    the mean cross-entropy, computed in one fused node. checkpoint=True makes each block
+    an activation checkpoint region (Context.checkpoint): less memory, the same
+    gradients."""
 
-    def __init__(self, ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None):
+    def __init__(self, ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None,
+                 checkpoint=False):
         self.ctx = ctx
         self.prefix = prefix or ""
-        self._gpt = _resgrad.GPT(ctx, vocab, block, layers, width, heads, dropout, prefix)
+        self._gpt = _resgrad.GPT(ctx, vocab, block, layers, width, heads, dropout, prefix,
+                                 checkpoint)
+
+    @classmethod
+    def from_hf(cls, ctx, path, heads=0, prefix=None):
+        """A GPT made from a GPT-2 checkpoint in Hugging Face's safetensors layout
+        (model.safetensors, e.g. transformers' save_pretrained), its sizes from the
+        tensors; heads=0 reads n_head from the config.json beside it (rg_gpt_load_hf).
+        Raises resgrad.IOError naming what is wrong for a file that is not a GPT-2."""
+        self = cls.__new__(cls)
+        self.ctx = ctx
+        self.prefix = prefix or ""
+        self._gpt = _resgrad.GPT.from_hf(ctx, path, heads, prefix)
+        return self
+
+    def save_hf(self, path):
+        """Writes the model as Hugging Face's GPT-2 (path: model.safetensors, and the
+        config.json beside it), which transformers' GPT2LMHeadModel.from_pretrained
+        loads from that folder (rg_gpt_save_hf)."""
+        self._gpt.save_hf(path)
 
     @property
     def config(self):

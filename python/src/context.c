@@ -138,7 +138,6 @@ static PyObject *context_close(PyObject *self, PyObject *unused) {
 
 static void context_dealloc(PyObject *self) {
   RgContext *co = (RgContext *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   if (co->ctx) {
     rg_ctx *c = co->ctx;
     co->ctx = NULL;
@@ -147,8 +146,7 @@ static void context_dealloc(PyObject *self) {
     Py_END_ALLOW_THREADS
   }
   Py_XDECREF(co->consts);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, NULL);
 }
 
 static PyObject *context_enter(PyObject *self, PyObject *unused) {
@@ -248,6 +246,13 @@ static PyObject *make_tensor(PyObject *self, PyObject *args, PyObject *kw, int p
   PyObject *data, *dtype = NULL;
   RgContext *co = usable(self);
   if (!co || !PyArg_ParseTupleAndKeywords(args, kw, "O|O", names, &data, &dtype)) return NULL;
+  if (PyObject_TypeCheck(data, rgpy_Tensor) && !persistent && (!dtype || dtype == Py_None)) {
+    if (((RgTensor *)data)->co != co)
+      return PyErr_Format(rgpy_Error, "tensor: the tensor belongs to another context; copy it "
+                                      "through the host with ctx.tensor(t.numpy())");
+    Py_INCREF(data); /* already a tensor of this context: no copy, no upload */
+    return data;
+  }
   return rgpy_from_host(co, data, dtype == Py_None ? NULL : dtype, persistent);
 }
 
@@ -318,6 +323,57 @@ static PyObject *context_backward(PyObject *self, PyObject *loss) {
   rg_tensor t;
   if (!co || rgpy_tensor_arg(co, loss, "loss", 0, &t) < 0) return NULL;
   return status_or_raise(co, rg_backward(co->ctx, t));
+}
+
+static PyObject *context_ckpt_begin(PyObject *self, PyObject *unused) {
+  (void)unused;
+  RgContext *co = usable(self);
+  return co ? status_or_raise(co, rg_checkpoint_begin(co->ctx)) : NULL;
+}
+
+static PyObject *context_ckpt_end(PyObject *self, PyObject *args) {
+  PyObject *out = Py_None;
+  RgContext *co = usable(self);
+  rg_tensor t;
+  if (!co || !PyArg_ParseTuple(args, "|O", &out) ||
+      rgpy_tensor_arg(co, out, "out", 1, &t) < 0)
+    return NULL;
+  if (rg_checkpoint_end(co->ctx, t) != RG_OK) return rgpy_raise(co);
+  Py_INCREF(out);
+  return out;
+}
+
+/* checkpoint(fn, *args, **kw): fn's result as the output of a region around fn; a region
+   whose fn raises (or returns no Tensor) is closed giving nothing back. */
+static PyObject *context_ckpt(PyObject *self, PyObject *args, PyObject *kw) {
+  RgContext *co = usable(self);
+  Py_ssize_t n = PyTuple_Size(args);
+  if (!co) return NULL;
+  if (n < 1) {
+    PyErr_SetString(PyExc_TypeError, "checkpoint(fn, *args, **kwargs) needs fn");
+    return NULL;
+  }
+  PyObject *rest = PyTuple_GetSlice(args, 1, n);
+  if (!rest) return NULL;
+  if (rg_checkpoint_begin(co->ctx) != RG_OK) {
+    Py_DECREF(rest);
+    return rgpy_raise(co);
+  }
+  PyObject *r = PyObject_Call(PyTuple_GetItem(args, 0), rest, kw);
+  Py_DECREF(rest);
+  rg_tensor t = RG_NONE;
+  if (r && (Py_TYPE(r) != rgpy_Tensor || rgpy_tensor_arg(co, r, "fn's result", 0, &t) < 0)) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "checkpoint: fn must return a Tensor (the region's "
+                      "output)");
+    Py_CLEAR(r);
+  }
+  rg_status st = rg_checkpoint_end(co->ctx, t);
+  if (r && st != RG_OK) {
+    Py_DECREF(r);
+    return rgpy_raise(co);
+  }
+  return r;
 }
 
 static PyObject *context_clip_norm(PyObject *self, PyObject *arg) {
@@ -628,6 +684,18 @@ static PyMethodDef methods[] = {
   {"zero_grad", context_zero_grad, METH_NOARGS,
    "zero_grad()\n--\n\nRecords the zeroing of every parameter gradient."},
   {"backward", context_backward, METH_O, "backward(loss)\n--\n\nloss.backward()."},
+  {"checkpoint", FN(context_ckpt), KW,
+   "checkpoint(fn, *args, **kwargs)\n--\n\nfn(*args, **kwargs) as an activation "
+   "checkpoint region: its Tensor result survives the region, the other tensors fn makes "
+   "go back to the pass pool and backward recomputes them (the same gradients bit for "
+   "bit, less memory, more compute). Returns fn's result. rg_checkpoint_begin/end."},
+  {"checkpoint_begin", context_ckpt_begin, METH_NOARGS,
+   "checkpoint_begin()\n--\n\nOpens an activation checkpoint region "
+   "(rg_checkpoint_begin); checkpoint_end(out) closes it."},
+  {"checkpoint_end", context_ckpt_end, METH_VARARGS,
+   "checkpoint_end(out=None)\n--\n\nCloses the open region (rg_checkpoint_end): out "
+   "survives it, the region's other tensors are recomputed by backward; None gives "
+   "nothing back. Returns out."},
   {"clip_grad_norm", context_clip_norm, METH_O,
    "clip_grad_norm(max_norm)\n--\n\nRecords scaling every gradient so their total L2 norm is "
    "at most max_norm (rg_clip_grad_norm); no host read."},

@@ -64,11 +64,8 @@ static void free_now(RgData *r) {
 
 static void data_dealloc(PyObject *self) {
   RgData *r = (RgData *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   free_now(r);
-  Py_XDECREF((PyObject *)r->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, r->co);
 }
 
 static RgData *usable(PyObject *self) {

@@ -53,6 +53,9 @@ extern PyObject *rgpy_Error; /* resgrad.Error */
 PyObject *rgpy_raise(RgContext *co);                /* the sticky error as an exception */
 PyObject *rgpy_raise_status(rg_status st, const char *msg);
 int rgpy_usable(RgContext *co);                     /* -1 (raised) if closed or busy */
+/* The end of every tp_dealloc: drops the object's reference to its context (co may be
+   NULL), frees the object and drops its (heap) type. */
+void rgpy_free_object(PyObject *self, RgContext *co);
 int rgpy_parse(const char *fn, const char *const *names, int nreq, int nmax,
                PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
 int rgpy_float_arg(PyObject *o, const char *name, double *out);
@@ -79,13 +82,14 @@ PyObject *rgpy_as_method(PyObject *(*fn)(PyObject *, PyObject *const *, Py_ssize
                          PyObject *kwnames);
 int rgpy_init_tensor(PyObject *m);
 
-/* context.c, optim.c, gpt.c, data.c, dlpack.c */
+/* context.c, optim.c, gpt.c, data.c, ring.c, dlpack.c */
 int rgpy_init_context(PyObject *m);
 int rgpy_init_optim(PyObject *m);
 /* The optimizer of o, a resgrad Optimizer of co's; NULL (raised) otherwise. */
 rg_optim *rgpy_optim_of(PyObject *o, RgContext *co);
 int rgpy_init_gpt(PyObject *m);
 int rgpy_init_data(PyObject *m);
+int rgpy_init_ring(PyObject *m); /* resgrad.Ring (ring.c) */
 extern PyMethodDef rgpy_dlpack_methods[];        /* Tensor.__dlpack__, __dlpack_device__ */
 PyObject *rgpy_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);

@@ -14,18 +14,19 @@ typedef struct RgGPT {
 
 static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"ctx", "vocab", "block", "layers", "width", "heads", "dropout",
-                          "prefix", NULL};
+                          "prefix", "checkpoint", NULL};
   RgGPT *g = (RgGPT *)self;
   PyObject *ctx;
   long long v, t, l, c, h;
   float dropout = 0;
   const char *prefix = NULL;
+  int checkpoint = 0;
   if (g->gpt) {
     PyErr_SetString(rgpy_Error, "the model is already made");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLL|fz", names, &ctx, &v, &t, &l, &c, &h,
-                                   &dropout, &prefix))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLL|fzp", names, &ctx, &v, &t, &l, &c, &h,
+                                   &dropout, &prefix, &checkpoint))
     return -1;
   if (!PyObject_TypeCheck(ctx, rgpy_Context)) {
     PyErr_SetString(PyExc_TypeError, "ctx must be a resgrad.Context");
@@ -33,7 +34,7 @@ static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
   }
   RgContext *co = (RgContext *)ctx;
   if (rgpy_usable(co) < 0) return -1;
-  rg_gpt_config cfg = {v, t, l, c, h, dropout};
+  rg_gpt_config cfg = {v, t, l, c, h, dropout, checkpoint};
   rg_gpt *gpt = rg_gpt_new(co->ctx, &cfg, prefix);
   if (!gpt) return rgpy_raise(co), -1;
   Py_INCREF((PyObject *)co);
@@ -45,11 +46,8 @@ static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
 
 static void gpt_dealloc(PyObject *self) {
   RgGPT *g = (RgGPT *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   rg_gpt_free(g->gpt); /* the struct only: the parameters belong to the context */
-  Py_XDECREF((PyObject *)g->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, g->co);
 }
 
 static RgGPT *usable(PyObject *self) {
@@ -96,10 +94,10 @@ static PyObject *get_config(PyObject *self, void *unused) {
   RgGPT *g = usable(self);
   if (!g) return NULL;
   const rg_gpt_config *c = rg_gpt_config_of(g->gpt);
-  return Py_BuildValue("{sLsLsLsLsLsd}", "vocab", (long long)c->vocab, "block",
+  return Py_BuildValue("{sLsLsLsLsLsdsN}", "vocab", (long long)c->vocab, "block",
                        (long long)c->block, "layers", (long long)c->layers, "width",
                        (long long)c->width, "heads", (long long)c->heads, "dropout",
-                       (double)c->dropout);
+                       (double)c->dropout, "checkpoint", PyBool_FromLong(c->checkpoint));
 }
 
 static PyObject *get_count(PyObject *self, void *unused) {
@@ -116,7 +114,58 @@ static PyObject *get_ctx(PyObject *self, void *unused) {
   return (PyObject *)g->co;
 }
 
+/* GPT.from_hf(ctx, path, heads=0, prefix=None): rg_gpt_load_hf into a new GPT of type. */
+static PyObject *gpt_from_hf(PyObject *type, PyObject *args, PyObject *kw) {
+  static char *names[] = {"ctx", "path", "heads", "prefix", NULL};
+  PyObject *ctx, *path = NULL;
+  long long heads = 0;
+  const char *prefix = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|Lz", names, &ctx, PyUnicode_FSConverter,
+                                   &path, &heads, &prefix))
+    return NULL;
+  RgContext *co = (RgContext *)ctx;
+  PyObject *empty = NULL, *self = NULL;
+  if (!PyObject_TypeCheck(ctx, rgpy_Context)) {
+    PyErr_SetString(PyExc_TypeError, "ctx must be a resgrad.Context");
+  } else if (rgpy_usable(co) == 0 && (empty = PyTuple_New(0)) &&
+             (self = PyType_GenericNew((PyTypeObject *)type, empty, NULL))) {
+    rg_gpt *gpt;
+    const char *p = PyBytes_AsString(path);
+    RGPY_WAIT(co, gpt = rg_gpt_load_hf(co->ctx, p, heads, prefix));
+    if (gpt) {
+      Py_INCREF(ctx);
+      ((RgGPT *)self)->co = co;
+      ((RgGPT *)self)->gpt = gpt;
+    } else {
+      Py_CLEAR(self);
+      rgpy_raise(co);
+    }
+  }
+  Py_XDECREF(empty);
+  Py_DECREF(path);
+  return self;
+}
+
+static PyObject *gpt_save_hf(PyObject *self, PyObject *arg) {
+  RgGPT *g = usable(self);
+  PyObject *path = NULL;
+  if (!g || !PyUnicode_FSConverter(arg, &path)) return NULL;
+  rg_status st;
+  const char *p = PyBytes_AsString(path);
+  RGPY_WAIT(g->co, st = rg_gpt_save_hf(g->gpt, p));
+  Py_DECREF(path);
+  if (st != RG_OK) return rgpy_raise(g->co);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+  {"from_hf", (PyCFunction)(void (*)(void))gpt_from_hf,
+   METH_CLASS | METH_VARARGS | METH_KEYWORDS,
+   "from_hf(ctx, path, heads=0, prefix=None)\n--\n\nA GPT made from a Hugging Face GPT-2 "
+   "model.safetensors; heads 0 reads n_head from config.json beside it (rg_gpt_load_hf)."},
+  {"save_hf", gpt_save_hf, METH_O,
+   "save_hf(path)\n--\n\nWrites the model as a Hugging Face GPT-2 model.safetensors and the "
+   "config.json beside it (rg_gpt_save_hf)."},
   {"forward", gpt_forward, METH_O,
    "forward(idx)\n--\n\nidx int32 [B, T] -> logits float32 [B, T, vocab] (rg_gpt_forward)."},
   {"loss", (PyCFunction)(void (*)(void))gpt_loss, METH_VARARGS | METH_KEYWORDS,

@@ -47,6 +47,13 @@ int rgpy_usable(RgContext *co) {
   return 0;
 }
 
+void rgpy_free_object(PyObject *self, RgContext *co) {
+  PyTypeObject *tp = Py_TYPE(self);
+  Py_XDECREF((PyObject *)co);
+  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+  Py_DECREF(tp);
+}
+
 /* ---- arguments ------------------------------------------------------------------------ */
 
 int rgpy_parse(const char *fn, const char *const *names, int nreq, int nmax,
@@ -300,7 +307,8 @@ PyMODINIT_FUNC PyInit__resgrad(void) {
   if (PyModule_AddFunctions(m, module_methods) < 0 ||
       PyModule_AddFunctions(m, rgpy_op_functions) < 0 || add_exceptions(m) < 0 ||
       rgpy_init_context(m) < 0 || rgpy_init_tensor(m) < 0 || rgpy_init_optim(m) < 0 ||
-      rgpy_init_gpt(m) < 0 || rgpy_init_data(m) < 0 || PyModule_AddObject(m, "OP_TABLE", rgpy_op_table()) < 0 ||
+      rgpy_init_gpt(m) < 0 || rgpy_init_data(m) < 0 || rgpy_init_ring(m) < 0 ||
+      PyModule_AddObject(m, "OP_TABLE", rgpy_op_table()) < 0 ||
       PyModule_AddObject(m, "OPS", op_names()) < 0 ||
       PyModule_AddIntConstant(m, "ALL_AXES", RG_ALL_AXES) < 0) {
     Py_DECREF(m);

@@ -97,11 +97,8 @@ static void optim_close_now(RgOptim *r) {
 
 static void optim_dealloc(PyObject *self) {
   RgOptim *r = (RgOptim *)self;
-  PyTypeObject *tp = Py_TYPE(self);
   if (!r->co || !r->co->busy) optim_close_now(r);
-  Py_XDECREF((PyObject *)r->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, r->co);
 }
 
 static PyObject *optim_close(PyObject *self, PyObject *unused) {

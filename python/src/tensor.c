@@ -28,10 +28,7 @@ PyObject *rgpy_result(RgContext *co, rg_tensor t) {
 }
 
 static void tensor_dealloc(PyObject *self) {
-  PyTypeObject *tp = Py_TYPE(self);
-  Py_XDECREF((PyObject *)((RgTensor *)self)->co);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  rgpy_free_object(self, ((RgTensor *)self)->co);
 }
 
 static inline int is_tensor(PyObject *o) {
@@ -426,6 +423,68 @@ static Py_ssize_t tensor_len(PyObject *self) {
   return (Py_ssize_t)rg_dim(t->co->ctx, t->h, 0);
 }
 
+/* t[key]: basic indexing by integers and slices of step 1, one per leading axis (rg_slice,
+   then rg_reshape to drop the axes an integer picks). A copy, as every shape op's result. */
+static PyObject *tensor_getitem(PyObject *self, PyObject *key) {
+  RgTensor *t = (RgTensor *)self;
+  if (usable(t) < 0) return NULL;
+  rg_ctx *c = t->co->ctx;
+  int nd = rg_ndim(c, t->h);
+  if (rg_error(c) != RG_OK) return rgpy_raise(t->co);
+  PyObject *keys = PyTuple_Check(key) ? (Py_INCREF(key), key) : PyTuple_Pack(1, key);
+  if (!keys) return NULL;
+  Py_ssize_t nk = PyTuple_Size(keys);
+  if (nk > nd) {
+    Py_DECREF(keys);
+    return PyErr_Format(PyExc_IndexError, "%zd indices for a tensor of %d axes", nk, nd);
+  }
+  rg_tensor r = t->h;
+  int64_t keep[RG_MAX_DIMS];
+  int nkeep = 0;
+  for (int a = 0; a < nd; a++) {
+    int64_t n = rg_dim(c, t->h, a), start = 0, len = n;
+    PyObject *k = a < nk ? PyTuple_GetItem(keys, a) : NULL;
+    if (k && PySlice_Check(k)) {
+      Py_ssize_t b, e, step;
+      if (PySlice_Unpack(k, &b, &e, &step) < 0) goto fail;
+      if (step != 1) {
+        PyErr_SetString(PyExc_IndexError, "slices of step 1 only (rg_slice)");
+        goto fail;
+      }
+      len = PySlice_AdjustIndices((Py_ssize_t)n, &b, &e, step);
+      start = b;
+      keep[nkeep++] = len;
+    } else if (k) {
+      long long i;
+      if (rgpy_int_arg(k, "index", 0, 0, &i) < 0) goto fail;
+      if (i < -n || i >= n) {
+        PyErr_Format(PyExc_IndexError, "index %lld is out of range for axis %d of size %lld",
+                     i, a, (long long)n);
+        goto fail;
+      }
+      start = i < 0 ? i + n : i, len = 1;
+    } else {
+      keep[nkeep++] = n;
+    }
+    if (start != 0 || len != n) r = rg_slice(c, r, a, start, len);
+  }
+  Py_DECREF(keys);
+  if (nkeep != nd) r = rg_reshape(c, r, nkeep, keep);
+  else if (r.id == t->h.id) r = rg_slice(c, r, 0, 0, nd ? rg_dim(c, r, 0) : 1); /* t[:]: a copy */
+  return rgpy_result(t->co, r);
+fail:
+  Py_DECREF(keys);
+  return NULL;
+}
+
+static int tensor_bool(PyObject *self) {
+  (void)self;
+  PyErr_SetString(PyExc_TypeError,
+                  "a tensor has no truth value without a barrier: use float(t), t.item() or "
+                  "t.numpy() to read it");
+  return -1;
+}
+
 /* ---- operators -------------------------------------------------------------------------- */
 
 typedef rg_tensor (*binop)(rg_ctx *, rg_tensor, rg_tensor);
@@ -573,6 +632,8 @@ int rgpy_init_tensor(PyObject *m) {
     {Py_nb_float, tensor_float},
     {Py_nb_int, tensor_int},
     {Py_mp_length, tensor_len},
+    {Py_mp_subscript, tensor_getitem},
+    {Py_nb_bool, tensor_bool},
     {0, NULL}};
   PyType_Spec spec = {"resgrad.Tensor", sizeof(RgTensor), 0, Py_TPFLAGS_DEFAULT, slots};
   rgpy_Tensor = (PyTypeObject *)PyType_FromSpec(&spec);

@@ -171,6 +171,9 @@ NON_OP_CALLS = {
     "rg_clip_grad_norm": "test_train.py",
     "rg_clip_grad_value": "test_train.py",
     "rg_optim_step": "test_train.py",
+    "rg_ring_push": "test_ring.py (resgrad.Ring)",
+    "rg_ring_gather": "test_ring.py (resgrad.Ring)",
+    "rg_ring_sample": "test_ring.py (resgrad.Ring)",
 }
 
 

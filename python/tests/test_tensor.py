@@ -69,6 +69,30 @@ def test_operators(ctx, rng):
         a + "x"
 
 
+def test_indexing(ctx):
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = ctx.tensor(a)
+    for k in [0, -1, (1, 2), (slice(None), 1), (0, slice(1, 3)), slice(0, 1), (1, 2, 3),
+              (slice(None), slice(None), 2)]:
+        np.testing.assert_array_equal(t[k].numpy(), a[k])
+    with pytest.raises(IndexError):
+        t[2]
+    with pytest.raises(IndexError):
+        t[::2]
+    with pytest.raises(IndexError):
+        t[0, 0, 0, 0]
+    w = ctx.param("w", (3,), init=np.array([1.0, 2.0, 3.0]))
+    (w[1:] * 2).sum().backward()  # gradients flow through indexing
+    np.testing.assert_array_equal(w.grad.numpy(), [0, 2, 2])
+
+
+def test_no_truth_value(ctx):
+    with pytest.raises(TypeError, match="barrier"):
+        bool(ctx.tensor([1.0]))
+    t = ctx.tensor([1.0])
+    assert ctx.tensor(t) is t  # already a tensor of this context: no copy
+
+
 def test_scalars_are_uploaded_once(ctx):
     x = ctx.tensor(np.ones(4, np.float32))
     (x + 3.0).numpy()

@@ -1,10 +1,12 @@
 /*
  * arena.c - the arenas the pools and the host staging allocate from: chunks of backend
- * memory bumped in allocation order, and the pass pool's released ranges (rg__release).
+ * memory bumped in allocation order, and the released ranges of the pass pool
+ * (rg__release) and of the persistent pool (rg__release_persistent: freed rings).
  *
  * Invariants:
  *  - Allocation is a bump in allocation order, except that the pass pool first reuses
- *    ranges rg_backward released (best fit, lowest offset among equals). Both depend only
+ *    ranges rg_backward released, and a new ring those of freed rings (best fit, lowest
+ *    offset among equals). Both depend only
  *    on the sequence of allocations and releases, so an identical step after a reset
  *    yields identical offsets and addresses (a CUDA graph captured for one step replays
  *    for the next).
@@ -97,27 +99,19 @@ void rg__unpin(rg_ctx *ctx, uint32_t root) {
   if (--b->pins == 0 && (b->flags & RG_T_DEAD)) rg__release(ctx, root);
 }
 
-void rg__release(rg_ctx *ctx, uint32_t ref) {
+/* Tensor ref's bytes (a whole number of RG_ALIGN units inside one chunk) as a free range
+   of its pool's arena, merged with its neighbours; RG_T_FREED set and the pool's bytes
+   lowered. false (nothing changed) when the range list cannot grow. */
+static bool give_back(rg_ctx *ctx, uint32_t ref) {
   rg_tinfo *t = rg__t(ctx, ref);
-  /* An import's bytes are the caller's: an op's output must never be placed in them. */
-  if (ref >> 31 || (t->flags & RG_T_FREED) || t->import) return;
-  if (t->alias) { /* a view owns no bytes: it unpins its base, which may be dead already */
-    t->flags |= RG_T_FREED;
-    rg__unpin(ctx, t->alias);
-    return;
-  }
-  if (t->pins) { /* views or exports still read these bytes: released with the last */
-    t->flags |= RG_T_DEAD;
-    return;
-  }
-  rg_pool_s *pool = &ctx->pool[RG_POOL_PASS];
+  rg_pool_s *pool = rg__poolof(ctx, ref);
   rg_arena *a = &pool->arena;
   size_t size = rg__align_up(t->nbytes ? t->nbytes : 1), base = 0;
   int c = 0;
   while (c + 1 < a->nchunks && t->off >= base + a->chunks[c].size) base += a->chunks[c++].size;
   size_t cap = (size_t)a->capfree;
   if (!rg__grow(ctx, (void **)&a->free, sizeof *a->free, (size_t)a->nfree + 1, &cap))
-    return; /* out of host memory: the bytes are just not reused */
+    return false;
   a->capfree = (int)cap;
   t->flags |= RG_T_FREED;
   pool->bytes -= size;
@@ -139,4 +133,25 @@ void rg__release(rg_ctx *ctx, uint32_t ref) {
     f[i] = (rg_range){t->off, size, (char *)t->data, c};
     a->nfree++;
   }
+  return true;
+}
+
+void rg__release(rg_ctx *ctx, uint32_t ref) {
+  rg_tinfo *t = rg__t(ctx, ref);
+  /* An import's bytes are the caller's: an op's output must never be placed in them. */
+  if (ref >> 31 || (t->flags & RG_T_FREED) || t->import) return;
+  if (t->alias) { /* a view owns no bytes: it unpins its base, which may be dead already */
+    t->flags |= RG_T_FREED;
+    rg__unpin(ctx, t->alias);
+    return;
+  }
+  if (t->pins) { /* views or exports still read these bytes: released with the last */
+    t->flags |= RG_T_DEAD;
+    return;
+  }
+  give_back(ctx, ref); /* out of host memory: the bytes are just not reused */
+}
+
+bool rg__release_persistent(rg_ctx *ctx, uint32_t ref) {
+  return (ref >> 31) && !(rg__t(ctx, ref)->flags & RG_T_FREED) && give_back(ctx, ref);
 }

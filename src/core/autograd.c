@@ -18,6 +18,11 @@
  * may pass its incoming gradient through unchanged to several inputs - so the later
  * gradients reuse their bytes, and the backward pass needs memory for a few layers'
  * gradients, not for all of them. rg_retain_grad keeps a tensor's gradient for rg_grad.
+ *
+ * Checkpoint regions (recompute.c): before the first rule that reads a tensor a region
+ * gave back, the walk records the region's recomputation (rg__region_reached); the rules
+ * still name the original tensors, so every decision above reads the tape as it is
+ * without regions, and the nodes recorded meanwhile read the recomputed tensors.
  */
 #include "internal.h"
 
@@ -153,7 +158,8 @@ static bool through_gelu(rg_ctx *ctx, uint32_t g, uint32_t u) {
     rg_tinfo *t = rg__t(ctx, g);
     if (!t->node) return false;
     const rg_node *p = &ctx->nodes[t->node - 1];
-    if (p->op == RG_OP_MATMUL_DGELU) return p->in[2] == u && p->out[0] == g;
+    if (p->op == RG_OP_MATMUL_DGELU) /* u as the node reads it: recomputed (recompute.c) */
+      return p->in[2] == (rg__t(ctx, u)->redo ? rg__t(ctx, u)->redo : u) && p->out[0] == g;
     g = p->op == RG_OP_COPY && p->out[0] == g ? p->in[0] : 0;
   }
   return false;
@@ -551,6 +557,10 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   rg_status st = rg__check(ctx, loss, "rg_backward", 1, &lref);
   if (st != RG_OK) return st;
   rg_tinfo *lt = rg__t(ctx, lref);
+  if (ctx->region_open)
+    return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "an activation checkpoint region is "
+                    "open (rg_checkpoint_begin without rg_checkpoint_end); end it before "
+                    "rg_backward");
   if (lt->numel != 1 || lt->dtype != RG_F32)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_backward", "the loss has %lld elements of %s; "
                     "rg_backward needs a one-element F32 loss (reduce it with rg_mean or "
@@ -585,6 +595,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
   if (dist) st = rg__dist_plan(ctx, rg__t(ctx, lref)->node);
   for (size_t k = rg__t(ctx, lref)->node; st == RG_OK && k-- > 0;) {
     if (dist && (st = rg__dist_reached(ctx, k)) != RG_OK) break;
+    rg__region_passed(ctx, k);
     rg_node n = ctx->nodes[k]; /* a copy: recording may move the node array */
     if (!(n.flags & RG_N_GRAD)) continue;
     uint32_t gout[RG_MAX_OUT] = {0}, gin[RG_MAX_IN] = {0};
@@ -593,6 +604,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
       if (n.out[j] && !(n.out[j] >> 31) && (gout[j] = rg__t(ctx, n.out[j])->grad)) any = true;
     if (!any) continue;
     if (labelled) ctx->lstack[ctx->lsp - 1] = n.label; /* their forward's label */
+    if ((st = rg__region_reached(ctx, k)) != RG_OK) break; /* a checkpoint's recomputation */
     uint32_t made = pass->n;
     rg__backward_rule(ctx, &n, gout, gin);
     st = ctx->err;
@@ -618,6 +630,7 @@ rg_status rg_backward(rg_ctx *ctx, rg_tensor loss) {
     for (uint32_t s = made; s < pass->n; s++)
       if (!pass->t[s].gref) rg__release(ctx, s + 1);
   }
+  rg__region_passed(ctx, SIZE_MAX);
   if (dist && st == RG_OK) st = rg__dist_flush(ctx);
   rg_label_pop(ctx);
   ctx->no_grad--;

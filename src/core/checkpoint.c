@@ -16,6 +16,10 @@
  *    into host memory before it changes any tensor: a bad file changes nothing.
  *  - Names: parameters by their own names; optimizer state as "optim.m.<name>",
  *    "optim.v.<name>", "optim.hyper" and "optim.step".
+ *  - rg_st_open and rg_st_write read and write any safetensors file's tensors as host
+ *    bytes with the same parser, checks and atomic write: rg_st_open validates the whole
+ *    header (every dtype known, every shape's bytes equal to its offsets, offsets inside
+ *    the file, no overlaps, no name twice) before it returns.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -34,24 +38,52 @@
 /* One tensor of a checkpoint: where it lives in the context and in the file. */
 typedef struct entry {
   char name[300];
-  uint32_t ref;
+  uint32_t ref;        /* the context's tensor, or 0 for bytes the caller gave (rg_st_write) */
   uint64_t begin, end; /* offsets in the data section */
   int found;
   int skip; /* optimizer state in a file loaded without an optimizer: checked, not read */
+  /* What a save writes: dtype, shape and bytes (from the tensor, or the caller's). */
+  const char *dtype;
+  int ndim;
+  int64_t dims[RG_ST_MAX_DIMS];
+  uint64_t nbytes;
+  const void *host;
 } entry;
 
 static const char *st_dtype(int dt) { return dt == RG_F32 ? "F32" : dt == RG_BF16 ? "BF16" : "I32"; }
+
+/* The dtypes of the safetensors format and their element sizes; 0 for a name it lacks. */
+static size_t st_size(const char *dt) {
+  static const struct { const char *name; size_t size; } known[] = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},     {"I32", 4},
+      {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},  {"U16", 2},     {"U8", 1},
+      {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+    if (!strcmp(dt, known[i].name)) return known[i].size;
+  return 0;
+}
+
+/* The bytes of a tensor of size-byte elements and this shape, or UINT64_MAX when they
+   overflow 2^63. */
+static uint64_t st_bytes(size_t size, int ndim, const uint64_t *dims) {
+  uint64_t n = size;
+  for (int d = 0; d < ndim; d++) {
+    if (dims[d] && n > (UINT64_MAX >> 1) / dims[d]) return UINT64_MAX;
+    n *= dims[d];
+  }
+  return n;
+}
 
 static void name_state(char *out, size_t cap, const char *kind, const char *pname) {
   snprintf(out, cap, "optim.%s.%s", kind, pname);
 }
 
-/* RG_ERR_NONFINITE, why naming the tensor and its first NaN or Inf, when p (the bytes of
-   tensor t) holds one and rg_options.nonfinite_checkpoints does not let it through. */
-static rg_status finite(rg_ctx *ctx, const char *name, const rg_tinfo *t, const void *p,
+/* RG_ERR_NONFINITE, why naming the tensor and its first NaN or Inf, when p (numel
+   elements of dtype) holds one and rg_options.nonfinite_checkpoints does not let it through. */
+static rg_status finite(rg_ctx *ctx, const char *name, int dtype, int64_t numel, const void *p,
                         char *why, size_t cap) {
   float v;
-  int64_t e = ctx->opt.nonfinite_checkpoints ? -1 : rg__nonfinite(p, t->dtype, t->numel, &v);
+  int64_t e = ctx->opt.nonfinite_checkpoints ? -1 : rg__nonfinite(p, dtype, numel, &v);
   if (e < 0) return RG_OK;
   snprintf(why, cap, "tensor \"%.200s\" element %lld is %s", name, (long long)e,
            rg__nonfinite_name(v));
@@ -84,6 +116,13 @@ static entry *collect(rg_ctx *ctx, const rg_optim *opt, int extra, int *count,
     e[k++].ref = opt->hyper;
     snprintf(e[k].name, sizeof e[k].name, "optim.step");
     e[k++].ref = opt->step;
+  }
+  for (int i = 0; i < k; i++) {
+    const rg_tinfo *t = rg__t(ctx, e[i].ref);
+    e[i].dtype = st_dtype(t->dtype);
+    e[i].ndim = t->ndim;
+    memcpy(e[i].dims, t->dims, sizeof t->dims);
+    e[i].nbytes = t->nbytes;
   }
   *count = k;
   return e;
@@ -205,10 +244,9 @@ static rg_status write_all(int fd, const void *p, size_t n) {
   return RG_OK;
 }
 
-static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, entry *e, int n) {
-  const char *call = "rg_save";
+/* The header's start for rg_save: '{' and the library's and the user's metadata. */
+static sbuf library_meta(rg_ctx *ctx, const rg_optim *opt) {
   sbuf h = {.ctx = ctx};
-  uint64_t off = 0;
   put(&h, "{\"__metadata__\":{\"format\":\"resgrad\",\"format_version\":\"" RG_FORMAT_VERSION
           "\",\"seed\":\"%llu\",\"step\":\"%llu\",\"optim\":\"%s\"}",
       (unsigned long long)ctx->opt.seed, (unsigned long long)ctx->step,
@@ -221,15 +259,23 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
     put_str(&h, ctx->meta[2 * i + 1]);
   }
   put(&h, "}");
+  return h;
+}
+
+/* Writes the n tensors of e to path atomically, after the header h holds so far (the
+   opening '{' and any "__metadata__" member; save_to frees it). call names the caller in
+   errors. */
+static rg_status save_to(rg_ctx *ctx, const char *path, const char *call, sbuf h, entry *e,
+                         int n) {
+  uint64_t off = 0;
   for (int i = 0; i < n; i++) {
-    rg_tinfo *t = rg__t(ctx, e[i].ref);
-    put(&h, ",");
+    if (h.n > 1) put(&h, ",");
     put_str(&h, e[i].name);
-    put(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t->dtype));
-    for (int d = 0; d < t->ndim; d++) put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+    put(&h, ":{\"dtype\":\"%s\",\"shape\":[", e[i].dtype);
+    for (int d = 0; d < e[i].ndim; d++) put(&h, "%s%lld", d ? "," : "", (long long)e[i].dims[d]);
     put(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-        (unsigned long long)(off + t->nbytes));
-    off += t->nbytes;
+        (unsigned long long)(off + e[i].nbytes));
+    off += e[i].nbytes;
   }
   put(&h, "}");
   while (!h.oom && h.n % 8) put(&h, " "); /* data starts 8-aligned, as the format advises */
@@ -260,6 +306,15 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
   if (st == RG_OK) st = write_all(fd, len, 8);
   if (st == RG_OK) st = write_all(fd, h.p, h.n);
   for (int i = 0; st == RG_OK && i < n; i++) {
+    if (!e[i].ref) { /* the caller's bytes; F32 and BF16 are checked for NaN and Inf */
+      size_t size = st_size(e[i].dtype);
+      int dt = !strcmp(e[i].dtype, "F32") ? RG_F32 : !strcmp(e[i].dtype, "BF16") ? RG_BF16
+                                                                                : RG_I32;
+      st = finite(ctx, e[i].name, dt, (int64_t)(e[i].nbytes / size), e[i].host, bad,
+                  sizeof bad);
+      if (st == RG_OK) st = write_all(fd, e[i].host, (size_t)e[i].nbytes);
+      continue;
+    }
     rg_tinfo *t = rg__t(ctx, e[i].ref);
     void *buf = rg__malloc(ctx, t->nbytes ? t->nbytes : 1);
     if (!buf) {
@@ -268,7 +323,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
     }
     st = ctx->be->download(ctx, buf, t->data, t->nbytes);
     rg__count_xfer(ctx, true, RG_SITE_CHECKPOINT, t->nbytes);
-    if (st == RG_OK) st = finite(ctx, e[i].name, t, buf, bad, sizeof bad);
+    if (st == RG_OK) st = finite(ctx, e[i].name, t->dtype, t->numel, buf, bad, sizeof bad);
     if (st == RG_OK) st = write_all(fd, buf, t->nbytes);
     rg__free(ctx, buf);
   }
@@ -281,9 +336,10 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
   rg__free(ctx, h.p);
   if (st == RG_ERR_NONFINITE)
     return rg__fail(ctx, st, call, "%s, so \"%s\" was not written (the previous file, if "
-                    "any, is unchanged): training went non-finite before this save. Find "
-                    "where with rg_set_check_finite, resume from an earlier checkpoint, or "
-                    "set rg_options.nonfinite_checkpoints = 1 to save it anyway", bad, path);
+                    "any, is unchanged): %sset rg_options.nonfinite_checkpoints = 1 to save "
+                    "it anyway", bad, path, strcmp(call, "rg_save") ? "" :
+                    "training went non-finite before this save. Find where with "
+                    "rg_set_check_finite, resume from an earlier checkpoint, or ");
   if (st != RG_OK)
     return rg__fail(ctx, st, call, "could not write \"%s\" (%s); the previous file, if any, "
                     "is unchanged", path, st == RG_ERR_OOM ? "out of host memory" : why);
@@ -306,25 +362,25 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const rg_optim *opt, ent
    rename over the link would make it a file). NULL (the error set) for a path that exists
    and is not a regular file: a rename over a directory fails, but over a FIFO or a
    device it replaces the node (as root, /dev/null itself). Freed with rg__free. */
-static char *save_target(rg_ctx *ctx, const char *path) {
+static char *save_target(rg_ctx *ctx, const char *path, const char *call) {
   struct stat sb;
   if (lstat(path, &sb) != 0) { /* a new file, or a path the save reports as unwritable */
     char *p = rg__strdup(ctx, path);
-    return p ? p : (rg__fail(ctx, RG_ERR_OOM, "rg_save", "out of host memory"), NULL);
+    return p ? p : (rg__fail(ctx, RG_ERR_OOM, call, "out of host memory"), NULL);
   }
   bool link = S_ISLNK(sb.st_mode);
   char *target = link ? realpath(path, NULL) : rg__strdup(ctx, path);
   if (!target) {
     if (link)
-      rg__fail(ctx, RG_ERR_IO, "rg_save", "\"%s\" is a symbolic link whose target cannot be "
+      rg__fail(ctx, RG_ERR_IO, call, "\"%s\" is a symbolic link whose target cannot be "
                "resolved (%s); point it at an existing file, or remove it",
                path, strerror(errno));
     else
-      rg__fail(ctx, RG_ERR_OOM, "rg_save", "out of host memory");
+      rg__fail(ctx, RG_ERR_OOM, call, "out of host memory");
     return NULL;
   }
   if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    rg__fail(ctx, RG_ERR_IO, "rg_save", "\"%s\" exists and is not a regular file (a "
+    rg__fail(ctx, RG_ERR_IO, call, "\"%s\" exists and is not a regular file (a "
              "directory, device or FIFO), which a checkpoint must not replace; nothing was "
              "written: give the path of a checkpoint file", target);
     rg__free(ctx, target);
@@ -341,9 +397,9 @@ rg_status rg_save(rg_ctx *ctx, const char *path, const rg_optim *opt) {
   if (st == RG_OK) st = rg__drain(ctx, RG_DRAIN_SAVE);
   if (st != RG_OK || rg_dist_rank(ctx) != 0) return st; /* rank 0 writes for every rank */
   int n = 0;
-  char *target = save_target(ctx, path);
+  char *target = save_target(ctx, path, "rg_save");
   entry *e = target ? collect(ctx, opt, 0, &n, "rg_save") : NULL;
-  st = e ? save_to(ctx, target, opt, e, n) : ctx->last;
+  st = e ? save_to(ctx, target, "rg_save", library_meta(ctx, opt), e, n) : ctx->last;
   rg__free(ctx, e);
   rg__free(ctx, target);
   return st;
@@ -433,7 +489,11 @@ static bool jarray(jr *j, uint64_t *v, int cap, int *count) {
   return lit(j, ']') || jfail(j, "expected ']'");
 }
 
-typedef struct jtensor { char dtype[8]; uint64_t shape[RG_MAX_DIMS + 1], off[3]; int ndim, noff; } jtensor;
+typedef struct jtensor {
+  char dtype[16];
+  uint64_t shape[RG_ST_MAX_DIMS + 1], off[3];
+  int ndim, noff;
+} jtensor;
 
 static bool jtensor_read(jr *j, jtensor *t) {
   memset(t, 0, sizeof *t);
@@ -448,7 +508,7 @@ static bool jtensor_read(jr *j, jtensor *t) {
       if (!jstr(j, t->dtype, sizeof t->dtype)) return false;
     } else if (!strcmp(key, "shape") && !seen[1]) {
       seen[1] = true;
-      if (!jarray(j, t->shape, RG_MAX_DIMS + 1, &t->ndim)) return false;
+      if (!jarray(j, t->shape, RG_ST_MAX_DIMS + 1, &t->ndim)) return false;
     } else if (!strcmp(key, "data_offsets") && !seen[2]) {
       seen[2] = true;
       if (!jarray(j, t->off, 3, &t->noff)) return false;
@@ -470,7 +530,9 @@ typedef struct jmeta {
   bool has_step, has_seed;
 } jmeta;
 
-static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
+/* With all, every key is kept as it is (rg_st_open); without, the library's own keys are
+   read into step and seed and the rest dropped (rg_load). */
+static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md, bool all) {
   if (!lit(j, '{')) return jfail(j, "__metadata__ must be an object");
   if (lit(j, '}')) return true;
   do {
@@ -478,7 +540,12 @@ static bool jmetadata(rg_ctx *ctx, jr *j, jmeta *md) {
     if (!jstr(j, k, sizeof k) || !lit(j, ':') || !jstr(j, v, sizeof v))
       return jfail(j, "__metadata__ holds string keys and string values");
     char *end;
-    if (!strcmp(k, "step")) {
+    if (all) {
+      if (meta_put(ctx, &md->m, &md->n, &md->cap, k, v) != RG_OK) {
+        j->oom = true;
+        return jfail(j, oom_msg);
+      }
+    } else if (!strcmp(k, "step")) {
       md->step = strtoull(v, &end, 10);
       md->has_step = *v && !*end;
     } else if (!strcmp(k, "seed")) {
@@ -509,6 +576,52 @@ static bool optim_name(rg_ctx *ctx, const char *name) {
   return false;
 }
 
+/* Steps to the next member of the header object (after its '{' or a member): true with
+   the member's name in name (the reader then stands at its value), false at the object's
+   '}' (*r is "") or on an error (*r is the reason). */
+static bool header_next(jr *j, bool *first, char *name, size_t cap, const char **r) {
+  *r = "";
+  if (lit(j, '}')) return false;
+  if (!*first && !lit(j, ','))
+    return *r = j->err[0] ? j->err : "expected ',' or '}' in the header", false;
+  *first = false;
+  if (!jstr(j, name, cap) || !lit(j, ':'))
+    return *r = j->err[0] ? j->err : "expected a name", false;
+  return true;
+}
+
+/* "" when nothing but the padding's spaces follows the header's JSON, else the reason. */
+static const char *header_end(jr *j) {
+  ws(j);
+  for (const char *q = j->p; q < j->end; q++)
+    if (*q != ' ') return "trailing bytes after the header's JSON";
+  return "";
+}
+
+/* "" when no two non-empty ranges [begin, end) of e[0..n) overlap, else why naming two
+   that do (oom_msg when out of host memory). */
+static const char *overlaps(rg_ctx *ctx, entry *e, int n, char *why, size_t cap) {
+  entry **by = rg__malloc(ctx, sizeof *by * (size_t)(n ? n : 1));
+  if (!by) return oom_msg;
+  for (int k = 0; k < n; k++) by[k] = &e[k];
+  qsort(by, (size_t)n, sizeof *by, cmp_begin);
+  /* Sorted by start, a non-empty tensor overlaps an earlier one exactly when it starts
+     before the furthest end so far (empty tensors occupy nothing and are skipped). */
+  const char *r = "";
+  const entry *far = NULL;
+  for (int k = 0; k < n; k++) {
+    if (by[k]->end == by[k]->begin) continue;
+    if (far && by[k]->begin < far->end) {
+      snprintf(why, cap, "tensors \"%.100s\" and \"%.100s\" overlap", far->name, by[k]->name);
+      r = why;
+      break;
+    }
+    if (!far || by[k]->end > far->end) far = by[k];
+  }
+  rg__free(ctx, by);
+  return r;
+}
+
 /* Parses and checks the header against the n expected entries. Returns "" or a reason.
    With cap_skip > 0 (a load without an optimizer), up to cap_skip tensors of optimizer
    state this model's save could have written (optim_name) are appended to e as skipped
@@ -518,13 +631,11 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
                                 int cap_skip, int *nskip, jmeta *md, char *why, size_t cap) {
   if (!lit(j, '{')) return "the header is not a JSON object";
   bool first = true;
-  while (!lit(j, '}')) {
-    if (!first && !lit(j, ',')) return j->err[0] ? j->err : "expected ',' or '}' in the header";
-    first = false;
-    char name[300];
-    if (!jstr(j, name, sizeof name) || !lit(j, ':')) return j->err[0] ? j->err : "expected a name";
+  char name[300];
+  const char *r;
+  while (header_next(j, &first, name, sizeof name, &r)) {
     if (!strcmp(name, "__metadata__")) {
-      if (!jmetadata(ctx, j, md)) return j->oom ? oom_msg : j->err;
+      if (!jmetadata(ctx, j, md, false)) return j->oom ? oom_msg : j->err;
       continue;
     }
     jtensor t;
@@ -560,7 +671,7 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     for (int d = 0; shape_ok && d < t.ndim; d++) shape_ok = t.shape[d] == (uint64_t)ti->dims[d];
     if (strcmp(t.dtype, st_dtype(ti->dtype)) || !shape_ok) {
       char want[96], have[96];
-      int64_t fd[RG_MAX_DIMS + 1];
+      int64_t fd[RG_ST_MAX_DIMS + 1];
       for (int d = 0; d < t.ndim; d++) fd[d] = (int64_t)t.shape[d];
       rg__fmt_shape(want, sizeof want, ti->ndim, ti->dims);
       rg__fmt_shape(have, sizeof have, t.ndim, fd);
@@ -580,37 +691,40 @@ static const char *check_header(rg_ctx *ctx, jr *j, entry *e, int n, uint64_t da
     e[k].begin = t.off[0];
     e[k].end = t.off[1];
   }
-  ws(j);
-  for (const char *q = j->p; q < j->end; q++)
-    if (*q != ' ') return "trailing bytes after the header's JSON";
+  if (*r || *(r = header_end(j))) return r;
   for (int k = 0; k < n; k++)
     if (!e[k].found) {
       snprintf(why, cap, "tensor \"%.200s\" is missing", e[k].name);
       return why;
     }
-  n += *nskip; /* from here on, the skipped tensors take part */
-  entry **by = rg__malloc(ctx, sizeof *by * (size_t)(n ? n : 1));
-  if (!by) return oom_msg;
-  for (int k = 0; k < n; k++) by[k] = &e[k];
-  qsort(by, (size_t)n, sizeof *by, cmp_begin);
-  /* Sorted by start, a non-empty tensor overlaps an earlier one exactly when it starts
-     before the furthest end so far (empty tensors occupy nothing and are skipped). */
-  const char *r = "";
-  const entry *far = NULL;
-  for (int k = 0; k < n; k++) {
-    if (by[k]->end == by[k]->begin) continue;
-    if (far && by[k]->begin < far->end) {
-      snprintf(why, cap, "tensors \"%.100s\" and \"%.100s\" overlap", far->name, by[k]->name);
-      r = why;
-      break;
-    }
-    if (!far || by[k]->end > far->end) far = by[k];
-  }
-  rg__free(ctx, by);
-  return r;
+  return overlaps(ctx, e, n + *nskip, why, cap); /* the skipped tensors take part */
 }
 
 static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+/* Reads the file's size into *fsize, its header's length into *hlen and the header into
+   *hdr (rg__malloc'd, freed by the caller): NULL, or the reason the file is not
+   safetensors (oom_msg when out of host memory; why may hold it). */
+static const char *read_header(rg_ctx *ctx, FILE *f, uint64_t *fsize, uint64_t *hlen,
+                               char **hdr, char *why, size_t cap) {
+  unsigned char lb[8];
+  *fsize = *hlen = 0;
+  if (fseeko(f, 0, SEEK_END) == 0) {
+    off_t sz = ftello(f);
+    *fsize = sz > 0 ? (uint64_t)sz : 0;
+  }
+  rewind(f);
+  if (*fsize < 8 || !read_exact(f, lb, 8)) return "the file is shorter than the 8-byte header length";
+  for (int i = 0; i < 8; i++) *hlen |= (uint64_t)lb[i] << (8 * i);
+  if (*hlen < 2 || *hlen > MAX_HEADER || *hlen > *fsize - 8) {
+    snprintf(why, cap, "the header length %llu does not fit the %llu-byte file",
+             (unsigned long long)*hlen, (unsigned long long)*fsize);
+    return why;
+  }
+  if (!(*hdr = rg__malloc(ctx, (size_t)*hlen))) return oom_msg;
+  if (!read_exact(f, *hdr, (size_t)*hlen)) return "the header is truncated";
+  return NULL;
+}
 
 rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   const char *call = "rg_load";
@@ -629,7 +743,6 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
   char *hdr = NULL, why[512] = "";
   const char *bad = NULL;
   rg_status bad_st = RG_ERR_IO; /* OOM only where the loader's own allocation failed */
-  unsigned char lb[8];
   uint64_t hlen = 0, fsize = 0;
   void **data = NULL;
   jmeta md = {0};
@@ -637,20 +750,8 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     fclose(f);
     return RG_ERR_OOM;
   }
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long sz = ftell(f);
-    fsize = sz > 0 ? (uint64_t)sz : 0;
-  }
-  rewind(f);
-  if (fsize < 8 || !read_exact(f, lb, 8)) bad = "the file is shorter than the 8-byte header length";
-  for (int i = 0; !bad && i < 8; i++) hlen |= (uint64_t)lb[i] << (8 * i);
-  if (!bad && (hlen < 2 || hlen > MAX_HEADER || hlen > fsize - 8)) {
-    snprintf(why, sizeof why, "the header length %llu does not fit the %llu-byte file",
-             (unsigned long long)hlen, (unsigned long long)fsize);
-    bad = why;
-  }
-  if (!bad && !(hdr = rg__malloc(ctx, (size_t)hlen))) bad = "out of host memory", bad_st = RG_ERR_OOM;
-  if (!bad && !read_exact(f, hdr, (size_t)hlen)) bad = "the header is truncated";
+  bad = read_header(ctx, f, &fsize, &hlen, &hdr, why, sizeof why);
+  if (bad == oom_msg) bad_st = RG_ERR_OOM;
   if (!bad) {
     jr j = {hdr, hdr + hlen, "", false};
     const char *r = check_header(ctx, &j, e, n, fsize - 8 - hlen, cap_skip, &nskip, &md, why,
@@ -665,7 +766,8 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory", bad_st = RG_ERR_OOM;
     else if (fseek(f, (long)(8 + hlen + e[k].begin), SEEK_SET) != 0 || !read_exact(f, data[k], sz))
       bad = "the data section is truncated";
-    else if (finite(ctx, e[k].name, rg__t(ctx, e[k].ref), data[k], why, sizeof why) != RG_OK) {
+    else if (finite(ctx, e[k].name, rg__t(ctx, e[k].ref)->dtype, rg__t(ctx, e[k].ref)->numel,
+                    data[k], why, sizeof why) != RG_OK) {
       size_t w = strlen(why);
       snprintf(why + w, sizeof why - w, " (the run that saved it had gone non-finite): load "
                "an earlier checkpoint, or set rg_options.nonfinite_checkpoints = 1 to load "
@@ -699,4 +801,228 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
                     "\"%s\" was not loaded: %s; nothing was changed", path, bad);
   if (st != RG_OK) return rg__fail(ctx, st, call, "upload failed while loading \"%s\"", path);
   return RG_OK;
+}
+
+/* ---- any safetensors file: rg_st_open, rg_st_write ---------------------------------- */
+
+struct rg_st_file {
+  rg_ctx *ctx;
+  FILE *f;
+  uint64_t data_at;  /* where the data section starts in the file */
+  int n, cap;
+  entry *e;          /* each tensor's name and offsets in the data section */
+  rg_st_tensor *t;   /* each tensor as the caller sees it (names point into e) */
+  jmeta md;          /* every __metadata__ key, as the file has it */
+};
+
+void rg_st_close(rg_st_file *s) {
+  if (!s) return;
+  if (s->f) fclose(s->f);
+  meta_free(s->ctx, s->md.m, s->md.n);
+  rg__free(s->ctx, s->e);
+  rg__free(s->ctx, s->t);
+  rg__free(s->ctx, s);
+}
+
+/* One tensor of the header into s; "" or the reason the file is refused. */
+static const char *st_add(rg_st_file *s, const char *name, const jtensor *t, uint64_t data_len,
+                          char *why, size_t cap) {
+  for (int k = 0; k < s->n; k++)
+    if (!strcmp(s->e[k].name, name)) {
+      snprintf(why, cap, "tensor \"%.200s\" appears twice", name);
+      return why;
+    }
+  size_t size = st_size(t->dtype);
+  if (!size) {
+    snprintf(why, cap, "tensor \"%.200s\" has dtype \"%s\", which is not one of the "
+             "format's", name, t->dtype);
+    return why;
+  }
+  if (t->ndim > RG_ST_MAX_DIMS) {
+    snprintf(why, cap, "tensor \"%.200s\" has more than %d axes", name, RG_ST_MAX_DIMS);
+    return why;
+  }
+  uint64_t bytes = st_bytes(size, t->ndim, t->shape);
+  if (t->off[0] > t->off[1] || t->off[1] > data_len || t->off[1] - t->off[0] != bytes) {
+    snprintf(why, cap, "tensor \"%.200s\" has data_offsets [%llu, %llu] that do not hold "
+             "its %llu bytes inside the %llu bytes of data", name,
+             (unsigned long long)t->off[0], (unsigned long long)t->off[1],
+             (unsigned long long)bytes, (unsigned long long)data_len);
+    return why;
+  }
+  size_t c = (size_t)s->cap, c2 = c;
+  if (!rg__grow(s->ctx, (void **)&s->e, sizeof *s->e, (size_t)s->n + 1, &c) ||
+      !rg__grow(s->ctx, (void **)&s->t, sizeof *s->t, (size_t)s->n + 1, &c2))
+    return oom_msg;
+  s->cap = (int)(c < c2 ? c : c2);
+  entry *e = &s->e[s->n];
+  rg_st_tensor *o = &s->t[s->n++];
+  memset(e, 0, sizeof *e);
+  memset(o, 0, sizeof *o);
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->begin = t->off[0];
+  e->end = t->off[1];
+  snprintf(o->dtype, sizeof o->dtype, "%s", t->dtype);
+  o->ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) o->dims[d] = (int64_t)t->shape[d];
+  o->nbytes = (size_t)bytes;
+  return "";
+}
+
+/* The names in s->t point into s->e, which st_add may move: set once it is complete. */
+static void st_names(rg_st_file *s) {
+  for (int k = 0; k < s->n; k++) s->t[k].name = s->e[k].name;
+}
+
+rg_st_file *rg_st_open(rg_ctx *ctx, const char *path) {
+  const char *call = "rg_st_open";
+  if (!ctx) return NULL;
+  if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty"), NULL;
+  rg_st_file *s = rg__calloc(ctx, 1, sizeof *s);
+  if (!s) return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory"), NULL;
+  s->ctx = ctx;
+  s->f = fopen(path, "rb");
+  if (!s->f) {
+    rg__fail(ctx, RG_ERR_IO, call, "cannot open \"%s\": %s", path, strerror(errno));
+    rg_st_close(s);
+    return NULL;
+  }
+  char *hdr = NULL, why[512] = "";
+  uint64_t fsize = 0, hlen = 0;
+  const char *bad = read_header(ctx, s->f, &fsize, &hlen, &hdr, why, sizeof why);
+  if (!bad) {
+    jr j = {hdr, hdr + hlen, "", false};
+    char name[300];
+    bool first = true;
+    const char *r = lit(&j, '{') ? "" : "the header is not a JSON object";
+    while (!*r && header_next(&j, &first, name, sizeof name, &r)) {
+      jtensor t;
+      if (!strcmp(name, "__metadata__")) {
+        if (!jmetadata(ctx, &j, &s->md, true)) r = j.oom ? oom_msg : j.err;
+      } else if (!jtensor_read(&j, &t)) {
+        r = j.err;
+      } else {
+        r = st_add(s, name, &t, fsize - 8 - hlen, why, sizeof why);
+      }
+    }
+    if (!*r) r = header_end(&j);
+    if (!*r) r = overlaps(ctx, s->e, s->n, why, sizeof why);
+    if (*r) bad = r == why || r == oom_msg ? r : (snprintf(why, sizeof why, "bad header: %s", r), why);
+  }
+  rg__free(ctx, hdr);
+  if (bad) {
+    rg__fail(ctx, bad == oom_msg ? RG_ERR_OOM : RG_ERR_IO, call,
+             "\"%s\" is not a safetensors file that can be read: %s", path, bad);
+    rg_st_close(s);
+    return NULL;
+  }
+  s->data_at = 8 + hlen;
+  st_names(s);
+  return s;
+}
+
+int rg_st_count(const rg_st_file *s) { return s ? s->n : 0; }
+
+const rg_st_tensor *rg_st_at(const rg_st_file *s, int i) {
+  return s && i >= 0 && i < s->n ? &s->t[i] : NULL;
+}
+
+const rg_st_tensor *rg_st_find(const rg_st_file *s, const char *name) {
+  for (int k = 0; s && name && k < s->n; k++)
+    if (!strcmp(s->e[k].name, name)) return &s->t[k];
+  return NULL;
+}
+
+const char *rg_st_meta(const rg_st_file *s, const char *key) {
+  for (int i = 0; s && key && i < s->md.n; i++)
+    if (!strcmp(s->md.m[2 * i], key)) return s->md.m[2 * i + 1];
+  return NULL;
+}
+
+rg_status rg_st_read(rg_st_file *s, const rg_st_tensor *t, void *dst, size_t bytes) {
+  const char *call = "rg_st_read";
+  if (!s) return RG_ERR_MISUSE;
+  if (!t || t < s->t || t >= s->t + s->n)
+    return rg__fail(s->ctx, RG_ERR_MISUSE, call, "the tensor is not one of this file's; "
+                    "pass what rg_st_at or rg_st_find of this file returned");
+  if (bytes != t->nbytes || (!dst && bytes))
+    return rg__fail(s->ctx, RG_ERR_MISUSE, call, "tensor \"%.200s\" holds %zu bytes but "
+                    "%zu bytes at %p were given", t->name, t->nbytes, bytes, dst);
+  const entry *e = &s->e[t - s->t];
+  if (fseeko(s->f, (off_t)(s->data_at + e->begin), SEEK_SET) != 0 ||
+      !read_exact(s->f, dst, bytes))
+    return rg__fail(s->ctx, RG_ERR_IO, call, "tensor \"%.200s\" could not be read (the file "
+                    "changed or shrank since rg_st_open?)", t->name);
+  return RG_OK;
+}
+
+rg_status rg_st_write(rg_ctx *ctx, const char *path, const rg_st_tensor *t, int n,
+                      const char *const *meta) {
+  const char *call = "rg_st_write";
+  if (!ctx) return RG_ERR_MISUSE;
+  if (ctx->opt.dry_run) return rg__dry_refuse(ctx, call); /* its reads are zeros */
+  if (!path || !*path) return rg__fail(ctx, RG_ERR_MISUSE, call, "path is empty");
+  if (n < 0 || (n && !t))
+    return rg__fail(ctx, RG_ERR_MISUSE, call, "%d tensors at %p: pass n >= 0 tensors", n,
+                    (const void *)t);
+  for (int i = 0; i < n; i++) {
+    const rg_st_tensor *x = &t[i];
+    const char *why = NULL;
+    size_t size = x->dtype[0] ? st_size(x->dtype) : 0;
+    uint64_t dims[RG_ST_MAX_DIMS], bytes = 0;
+    for (int d = 0; x->ndim >= 0 && d < x->ndim && d < RG_ST_MAX_DIMS; d++)
+      dims[d] = x->dims[d] < 0 ? 0 : (uint64_t)x->dims[d];
+    if (!x->name || !*x->name || strlen(x->name) >= sizeof ((entry *)0)->name)
+      why = "its name must be 1 to 299 bytes";
+    else if (!strcmp(x->name, "__metadata__"))
+      why = "\"__metadata__\" is the format's own key";
+    else if (!size)
+      why = "its dtype is not one of the format's (\"F32\", \"BF16\", \"F16\", \"I32\"...)";
+    else if (x->ndim < 0 || x->ndim > RG_ST_MAX_DIMS)
+      why = "ndim must be in [0, RG_ST_MAX_DIMS]";
+    for (int d = 0; !why && d < x->ndim; d++)
+      if (x->dims[d] < 0) why = "a dimension is negative";
+    if (!why && (bytes = st_bytes(size, x->ndim, dims)) > (uint64_t)(SIZE_MAX >> 1))
+      why = "its size overflows";
+    if (!why && bytes && !x->data) why = "its data is NULL";
+    for (int k = 0; !why && k < i; k++)
+      if (!strcmp(t[k].name, x->name)) why = "its name appears twice";
+    if (why)
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "tensor %d (\"%.200s\"): %s; nothing was "
+                      "written", i, x->name ? x->name : "(null)", why);
+  }
+  int nmeta = 0;
+  while (meta && meta[2 * nmeta]) {
+    if (!meta[2 * nmeta + 1])
+      return rg__fail(ctx, RG_ERR_MISUSE, call, "metadata key \"%.200s\" has a NULL value; "
+                      "meta is key, value, ..., NULL", meta[2 * nmeta]);
+    nmeta++;
+  }
+  entry *e = rg__calloc(ctx, (size_t)(n ? n : 1), sizeof *e);
+  if (!e) return rg__fail(ctx, RG_ERR_OOM, call, "out of host memory");
+  for (int i = 0; i < n; i++) {
+    snprintf(e[i].name, sizeof e[i].name, "%s", t[i].name);
+    e[i].dtype = t[i].dtype;
+    e[i].ndim = t[i].ndim;
+    memcpy(e[i].dims, t[i].dims, sizeof t[i].dims);
+    uint64_t dims[RG_ST_MAX_DIMS];
+    for (int d = 0; d < t[i].ndim; d++) dims[d] = (uint64_t)t[i].dims[d];
+    e[i].nbytes = st_bytes(st_size(t[i].dtype), t[i].ndim, dims);
+    e[i].host = t[i].data;
+  }
+  sbuf h = {.ctx = ctx};
+  put(&h, "{");
+  if (nmeta) put(&h, "\"__metadata__\":{");
+  for (int i = 0; i < nmeta; i++) {
+    put(&h, i ? "," : "");
+    put_str(&h, meta[2 * i]);
+    put(&h, ":");
+    put_str(&h, meta[2 * i + 1]);
+  }
+  if (nmeta) put(&h, "}");
+  char *target = save_target(ctx, path, call);
+  rg_status st = target ? save_to(ctx, target, call, h, e, n) : (rg__free(ctx, h.p), ctx->last);
+  rg__free(ctx, target);
+  rg__free(ctx, e);
+  return st;
 }

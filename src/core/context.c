@@ -122,6 +122,7 @@ rg_status rg_close(rg_ctx *ctx) {
   }
   rg__free(ctx, ctx->stage.chunks);
   rg__free(ctx, ctx->nodes);
+  rg__free(ctx, ctx->regions);
   rg__free_params(ctx);
   rg__free(ctx, ctx->zero_list.ref);
   free_strings(ctx, ctx->fails, ctx->nfails);

@@ -62,7 +62,9 @@ static void describe_live(rg_ctx *ctx, uint32_t ref, out *o) {
   }
   if (t->flags & RG_T_GRAD) put(o, ", requires grad");
   if (t->grad) put(o, ", has grad");
+  if (t->ring) put(o, ", ring buffer (rg_ring_new)");
   if (t->flags & RG_T_FREED) put(o, ", bytes released");
+  if (t->ckpt) put(o, ", given back by its checkpoint region");
   if (t->import) put(o, ", imported (the caller's memory)");
   if (t->exports) put(o, ", lent %u time%s (rg_export)", (unsigned)t->exports,
                       t->exports == 1 ? "" : "s");
@@ -86,7 +88,11 @@ int rg_describe(rg_ctx *ctx, rg_tensor t, char *buf, size_t cap) {
     /* The same verdicts as rg__check's: older generation stale, anything else forged. */
     int pool = (int)(t.id >> 63);
     uint64_t gen = (t.id >> 32) & 0x7fffffffu, now = ctx->pool[pool].gen & 0x7fffffffu;
-    if (gen < now)
+    uint64_t slot = t.id & 0xffffffffu;
+    if (pool && gen == now && slot && slot <= ctx->pool[pool].n)
+      put(&o, "stale (persistent slot %llu: a ring buffer rg_ring_free freed)",
+          (unsigned long long)slot);
+    else if (gen < now)
       put(&o, "stale (%s pool generation %llu, now %llu)", pool ? "persistent" : "pass",
           (unsigned long long)gen, (unsigned long long)ctx->pool[pool].gen);
     else

@@ -23,7 +23,8 @@
 
 enum { RG_PENDING = 0, RG_READY = 1, RG_FAILED = 2 };
 /* rg_tinfo.flags: requires grad; a parameter; rg_retain_grad was called; its bytes were
-   given back to the pass pool by rg_backward (an internal gradient temporary); a
+   given back to its pool (a pass tensor's by rg_backward: an internal gradient
+   temporary; a persistent one's by rg_ring_free: its handle is stale from then on); a
    gradient whose all-reduce a backend may still be running beside the drain's other
    work (CUDA: on its communication stream; set and cleared within one drain). */
 enum { RG_T_GRAD = 1, RG_T_PARAM = 2, RG_T_RETAIN = 4, RG_T_FREED = 8, RG_T_DEAD = 16,
@@ -56,6 +57,13 @@ typedef struct rg_tinfo {
   uint32_t exports; /* rg_export calls on this handle not yet undone by rg_unexport */
   uint32_t import;  /* rg_import: index + 1 into ctx->imports (its bytes are the caller's,
                        never the arena's), or 0 */
+  uint8_t ckpt;     /* 1: made inside an activation checkpoint region that gave its bytes
+                       back at rg_checkpoint_end (recompute.c); rg__check refuses it */
+  uint32_t redo;    /* a ckpt tensor while rg_backward records its region's gradients: the
+                       ref of its recomputation, which nodes recorded then read instead
+                       (rg__commit, rg__view); 0 otherwise */
+  uint32_t ring;    /* a ring buffer (rg_ring_new): the ref of its state, a persistent
+                       I32 [4] (ops.h, RING_PUSH), or 0 */
 } rg_tinfo;
 
 typedef struct rg_trace rg_trace;
@@ -72,6 +80,9 @@ typedef struct rg_arena {
   rg_range *free;   /* released ranges, sorted by off, adjacent ones merged */
   int nfree, capfree;
 } rg_arena;
+
+/* An activation checkpoint region (recompute.c): the nodes [b, e) of this pass. */
+typedef struct rg_region { size_t b, e; } rg_region;
 
 typedef struct rg_pool_s {
   uint64_t gen;
@@ -288,6 +299,13 @@ struct rg_ctx {
   rg_list zero_list;       /* every parameter gradient, for rg_zero_grad */
   int training, no_grad;
   size_t tape_end;         /* rg_backward: index of its first node (the forward's end) */
+  rg_region *regions;      /* this pass's closed checkpoint regions, in recording order */
+  uint32_t nregions, capregions;
+  bool region_open;        /* rg_checkpoint_begin was called, its end not yet */
+  size_t region_b;         /* the open region's first node */
+  uint32_t replay;         /* rg_backward: index + 1 of the region whose recomputed tensors
+                              the nodes recorded now read (their ckpt tensors' redo), or 0 */
+  uint32_t replay_slot, replay_end; /* the pass slots its recomputation made */
   uint64_t step;           /* rg_step_begin count: keys dropout */
   uint64_t rng_calls;      /* dropout counter base within the step */
   rg_optim *optims;
@@ -376,6 +394,11 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
 /* New tensor in a pool; 0 on error (OOM/MISUSE set). */
 uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
                  const char *call);
+/* rg__new that may place a persistent tensor in bytes rg_ring_free gave back: only for a
+   tensor whose first write is a recorded node (the queue then orders it after every
+   queued reader of the old bytes), never one written at once (rg_param, rg_constant). */
+uint32_t rg__new_reusing(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                         const int64_t *dims, const char *call);
 /* A pass tensor on bytes the caller owns (rg_import): data is its address, no arena
    bytes, no budget, READY. Checks ndim and dims as rg__new does. 0 on error. */
 uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void *data,
@@ -416,6 +439,11 @@ rg_shape rg__shape(rg_ctx *ctx, uint32_t ref);
 rg_status rg__emit(rg_ctx *ctx, rg_op op, const uint32_t *in, const rg_shape *outs,
                    const int64_t *iv, const float *fv, const void *aux, uint32_t *out);
 void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+/* A live operand k of call whose dtype is in the mask dtypes (bit 1 << rg_dtype; under
+   rg_options.bf16 a BF16 one passes an F32 mask too), not failed in an earlier drain;
+   else false with the error set (ops.c). */
+bool rg__operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                 uint32_t *ref);
 
 /* --- queue --- */
 rg_node *rg__record(rg_ctx *ctx, rg_op op); /* NULL on OOM; fills label, zeroes fields */
@@ -466,6 +494,16 @@ bool rg__profile_counts(rg_profile *p);
 void rg__profile_add(rg_profile *p, int op, double ms);
 void rg__profile_print(const rg_profile *p, const char *clock); /* nothing if no drain counted */
 
+/* --- activation checkpointing (recompute.c): rg_backward's hooks --- */
+/* Before the rule of node k, which has gradients to pass on: when the rule would read a
+   tensor its region gave back, records that region's recomputation (the region before it
+   is finished first). Returns a status (its error set). */
+rg_status rg__region_reached(rg_ctx *ctx, size_t k);
+/* At the walk's step for node k (k == SIZE_MAX: the walk is over): once the walk is below
+   the first node of the region being replayed, every rule that reads its recomputed
+   tensors is recorded: they go back to the pass pool and the region is finished. */
+void rg__region_passed(rg_ctx *ctx, size_t k);
+
 /* --- distributed training (dist.c) --- */
 /* rg_backward's hooks, called only when gradients are averaged (rg__dist_on: more than
    one rank, or any number where the backend moves them itself):
@@ -508,9 +546,14 @@ void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t by
    cut from its front, with its offset in *off; NULL if none fits. */
 void *rg__arena_reuse(rg_arena *a, size_t need, size_t *off);
 /* Gives a pass tensor's bytes back for reuse by tensors made after it. Only for tensors
-   no handle outside the core can reach and whose readers were all recorded already
-   (execution follows recording order, so the reuse is safe). */
+   no handle outside the core can reach (or that rg__check refuses: a checkpoint
+   region's) and whose readers were all recorded already (execution follows recording
+   order, so the reuse is safe). */
 void rg__release(rg_ctx *ctx, uint32_t ref);
+/* Gives persistent tensor ref's bytes back to the persistent arena, for rg__new_reusing;
+   marks it RG_T_FREED (its handles are stale). false (nothing changed) when out of host
+   memory for the range. */
+bool rg__release_persistent(rg_ctx *ctx, uint32_t ref);
 /* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
    its bytes go back to the arena if rg__release found it dead and this was the last. */
 void rg__unpin(rg_ctx *ctx, uint32_t root);
@@ -524,6 +567,19 @@ uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
 
 /* --- RNG: counter-based (Philox-4x32-10), shared by init, dropout and both backends --- */
 #include "philox.h"
+/* RING_SAMPLE's key is the seed xor this ("ringsamp"), so its draws are a stream apart
+   from dropout's and initialisation's, which are keyed by the seed itself. */
+#define RG_RING_SALT 0x72696e6773616d70ull
+/* The reasons a RING_GATHER (index, position, count, count) or RING_SAMPLE fails, in the
+   same words on every backend. */
+#define RG_RING_INDEX_MSG                                                                \
+  "index %lld at position %lld is outside [0, %lld): the ring holds %lld entries, "       \
+  "numbered from the oldest (0) to the newest; draw indices with rg_ring_sample, or "     \
+  "push more entries first"
+#define RG_RING_EMPTY_MSG                                                                 \
+  "the ring is empty: push entries (rg_ring_push) before sampling from it"
+/* The state's words (ops.h, RING_PUSH). */
+enum { RG_RING_HEAD, RG_RING_COUNT, RG_RING_DRAWS_LO, RG_RING_DRAWS_HI, RG_RING_STATE };
 
 /* --- bf16 --- */
 static inline uint16_t rg_f32_to_bf16(float f) {

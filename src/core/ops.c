@@ -95,6 +95,11 @@ static bool operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned 
   return true;
 }
 
+bool rg__operand(rg_ctx *ctx, rg_tensor t, const char *call, int k, unsigned dtypes,
+                 uint32_t *ref) {
+  return operand(ctx, t, call, k, dtypes, ref);
+}
+
 /* The BF16 operands among in[0, n) (0: absent) of an op that computes in F32 only, which
    operand() let through under rg_options.bf16, widened (exactly) by a recorded rg_cast, as
    autocast runs such ops in F32. Called once every operand of the call is checked, so a

@@ -169,6 +169,21 @@
  *            the ranks of ctx->dist (dist.c); i[0] = bucket index within its backward,
  *            i[1] = its bytes. Recorded by rg_backward only when there is more than one
  *            rank.
+ * Ring buffers (ring.c): a ring is a persistent tensor [capacity, rows] and its state, a
+ * persistent I32 [4]: head (the slot the next entry goes to), count (entries held, at
+ * most capacity), and the 64-bit count of RING_SAMPLE nodes run (low word, high word).
+ * Entries are addressed oldest first: entry e in [0, count) is slot (head - count + e)
+ * mod capacity. Only these nodes read or change the state, so a replayed graph sees the
+ * ring as it is on the device.
+ *  RING_PUSH in[0] ring, in[1] state, in[2] entries [k, rows] of the ring's dtype, 1 <= k
+ *            <= capacity (no out): entry j goes to slot (head + j) mod capacity; then head
+ *            += k (mod capacity), count = min(count + k, capacity).
+ *  RING_GATHER ring, state, idx I32 [...] -> [..., rows] of the ring's dtype: entry idx[p]
+ *            of the ring. An index outside [0, count): fail, naming it and count.
+ *  RING_SAMPLE state -> I32 [n]: n entries drawn uniformly from [0, count), element e =
+ *            (r * count) >> 32 for r the first word of rg_philox(i[0], draws, e), i[0]
+ *            the context seed xor RG_RING_SALT (a stream apart from dropout's); then
+ *            draws += 1. An empty ring (count 0): fail.
  */
 #ifndef RG_OPS_H
 #define RG_OPS_H
@@ -256,7 +271,10 @@ enum {
   X(SGD, sgd, "rg_optim_step", 1, 0,                 RG_F_BF16 | RG_F_OPTIM)    \
   X(LR_SCHEDULE, lr_schedule, "rg_optim_step", 3, 0, 0)                        \
   X(CLIP_VALUE, clip_value, "rg_clip_grad_value", 0, 0, RG_F_BF16 | RG_F_LIST)  \
-  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM)
+  X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM) \
+  X(RING_PUSH, ring_push, "rg_ring_push", 3, 0,      RG_F_BF16)                 \
+  X(RING_GATHER, ring_gather, "rg_ring_gather", 3, 1, RG_F_BF16)                \
+  X(RING_SAMPLE, ring_sample, "rg_ring_sample", 1, 1, 0)
 
 typedef enum rg_op {
 #define RG_OP_ENUM(E, ...) RG_OP_##E,

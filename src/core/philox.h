@@ -63,4 +63,14 @@ static RG_HD inline float rg_philox_uniform(uint64_t seed, uint64_t step, uint64
   return (float)(r[0] >> 8) * (1.0f / 16777216.0f);
 }
 
+/* An integer in [0, n) (n <= 2^32), element `index` of the (key, ctr_hi) stream: the
+   first word r scaled as (r n) >> 32, so each value has probability 1/n to within
+   n / 2^32. RING_SAMPLE's draws. */
+static RG_HD inline uint32_t rg_philox_below(uint64_t key, uint64_t ctr_hi, uint64_t index,
+                                             uint64_t n) {
+  uint32_t r[4];
+  rg_philox(key, ctr_hi, index, r);
+  return (uint32_t)(((uint64_t)r[0] * n) >> 32);
+}
+
 #endif

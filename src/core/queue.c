@@ -9,8 +9,9 @@
  *    and the queue is dropped (never retried). Persistent tensors never become FAILED:
  *    an in-place update that did not run simply left the old value.
  *  - rg_step_begin and rg_reset of a pool refuse, before draining, while any of its
- *    tensors is exported (ctx->exports); a reset of the pass pool calls the release of
- *    every import after its drain, so no node that reads one runs after it.
+ *    tensors is exported (ctx->exports) or a checkpoint region is open; a reset of the
+ *    pass pool calls the release of every import after its drain, so no node that reads
+ *    one runs after it.
  *  - n_nodes <= opt.max_pass_nodes (<= UINT32_MAX, so a node index + 1 fits a tensor's
  *    32-bit node field): the guard drain bounds the queue, this bounds the tape.
  */
@@ -77,6 +78,11 @@ rg_node *rg__record(rg_ctx *ctx, rg_op op) {
 
 rg_status rg__commit(rg_ctx *ctx, rg_node *n) {
   uint32_t idx = (uint32_t)(n - ctx->nodes) + 1;
+  /* While rg_backward replays a checkpoint region, a tensor the region gave back is read
+     as its recomputation. */
+  for (int i = 0; ctx->replay && i < n->nin; i++)
+    if (n->in[i] && !(n->in[i] >> 31) && rg__t(ctx, n->in[i])->redo)
+      n->in[i] = rg__t(ctx, n->in[i])->redo;
   bool grad = false;
   for (int i = 0; i < n->nin && !ctx->no_grad; i++)
     if (n->in[i] && (rg__t(ctx, n->in[i])->flags & RG_T_GRAD)) grad = true;
@@ -229,6 +235,7 @@ static void reset_pass(rg_ctx *ctx) {
   for (uint32_t i = 0; i < ctx->nfails; i++) rg__free(ctx, ctx->fails[i]);
   ctx->nfails = 0;
   ctx->rng_calls = 0;
+  ctx->nregions = 0;
 }
 
 static void reset_persistent(rg_ctx *ctx) {
@@ -240,8 +247,9 @@ static void reset_persistent(rg_ctx *ctx) {
     rg_tinfo *t = &ctx->pool[RG_POOL_PASS].t[i];
     t->node = 0;
     t->grad = 0;
-    t->flags = 0;
+    t->flags &= RG_T_FREED; /* released bytes stay released; ckpt stays refused */
   }
+  ctx->nregions = 0; /* nothing to recompute without the tape */
   rg__arena_reset(ctx, &p->arena, false, true);
   p->gen++;
   p->n = 0;
@@ -270,9 +278,20 @@ static rg_status refuse_exported(rg_ctx *ctx, rg_pool pool, const char *call) {
                   n == 1 ? "is" : "are");
 }
 
+/* MISUSE, before anything is drained or reset, inside an activation checkpoint region:
+   its nodes would be gone before its end. */
+static rg_status refuse_region(rg_ctx *ctx, const char *call) {
+  if (!ctx->region_open) return RG_OK;
+  return rg__fail(ctx, RG_ERR_MISUSE, call, "an activation checkpoint region is open "
+                  "(rg_checkpoint_begin without rg_checkpoint_end); nothing was run or "
+                  "reset: end the region first");
+}
+
 rg_status rg_step_begin(rg_ctx *ctx) {
   if (!ctx) return RG_ERR_MISUSE;
-  if (refuse_exported(ctx, RG_POOL_PASS, "rg_step_begin") != RG_OK) return RG_ERR_MISUSE;
+  if (refuse_exported(ctx, RG_POOL_PASS, "rg_step_begin") != RG_OK ||
+      refuse_region(ctx, "rg_step_begin") != RG_OK)
+    return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_STEP);
   reset_pass(ctx);
   ctx->step++;
@@ -284,7 +303,8 @@ rg_status rg_reset(rg_ctx *ctx, rg_pool pool) {
   if (pool != RG_POOL_PASS && pool != RG_POOL_PERSISTENT)
     return rg__fail(ctx, RG_ERR_MISUSE, "rg_reset", "pool %d is not RG_POOL_PASS or "
                     "RG_POOL_PERSISTENT", (int)pool);
-  if (refuse_exported(ctx, pool, "rg_reset") != RG_OK) return RG_ERR_MISUSE;
+  if (refuse_exported(ctx, pool, "rg_reset") != RG_OK || refuse_region(ctx, "rg_reset") != RG_OK)
+    return RG_ERR_MISUSE;
   rg_status st = rg__drain(ctx, RG_DRAIN_RESET);
   if (pool == RG_POOL_PASS) reset_pass(ctx);
   else reset_persistent(ctx);

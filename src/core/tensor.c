@@ -4,7 +4,8 @@
  *
  * Invariants:
  *  - A handle is (pool << 63) | (generation mod 2^31 << 32) | (slot + 1). rg__check
- *    validates it in O(1) against its own pool's generation before any memory is touched.
+ *    validates it in O(1) against its own pool's generation before any memory is touched,
+ *    and a persistent one against its slot's RG_T_FREED (a ring rg_ring_free freed).
  *  - Budgets are checked before anything is allocated; a refused allocation changes
  *    nothing.
  *  - Persistent tensors are always READY: in-place updates (optimizers, rg_write) are
@@ -44,7 +45,10 @@ void rg__fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims) {
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref) {
+/* rg__check without its refusal of checkpointed tensors: the shape queries, which touch
+   no memory, answer for them too. */
+static rg_status check_handle(rg_ctx *ctx, rg_tensor t, const char *call, int operand,
+                              uint32_t *ref) {
   *ref = 0;
   if (!t.id) {
     if (ctx->err != RG_OK) return ctx->err; /* an earlier call failed: keep its error */
@@ -73,8 +77,28 @@ rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uin
                     "generation %llu, slot %llu of %u); use handles returned by this context",
                     operand, (unsigned long long)t.id, pool_name(pool),
                     (unsigned long long)gen, (unsigned long long)slot, p->n);
+  if (pool && (p->t[slot - 1].flags & RG_T_FREED))
+    return rg__fail(ctx, RG_ERR_STALE, call,
+                    "operand %d is a ring buffer that rg_ring_free freed (persistent slot "
+                    "%llu); make a new one with rg_ring_new", operand,
+                    (unsigned long long)slot);
   *ref = (uint32_t)pool << 31 | (uint32_t)slot;
   return RG_OK;
+}
+
+rg_status rg__check(rg_ctx *ctx, rg_tensor t, const char *call, int operand, uint32_t *ref) {
+  rg_status st = check_handle(ctx, t, call, operand, ref);
+  /* The rules rg_backward records for a region read its tensors (ctx->replay): their
+     nodes are pointed at the recomputed ones (rg__commit). */
+  if (st != RG_OK || !rg__t(ctx, *ref)->ckpt || ctx->replay) return st;
+  *ref = 0;
+  return rg__fail(ctx, RG_ERR_MISUSE, call,
+                  "operand %d was made inside an activation checkpoint region, which gave "
+                  "its bytes back at rg_checkpoint_end for rg_backward to recompute; after "
+                  "the region only its output (the tensor passed to rg_checkpoint_end) and "
+                  "tensors given to rg_retain_grad before the end survive: make the value "
+                  "you need the region's output, or compute it outside the region",
+                  operand);
 }
 
 /* The element count of a shape, or -1 after failing (MISUSE) for a bad ndim or dims. */
@@ -122,6 +146,7 @@ static rg_tinfo *new_entry(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
 }
 
 uint32_t rg__view(rg_ctx *ctx, uint32_t base, rg_shape s, const char *call) {
+  if (rg__t(ctx, base)->redo) base = rg__t(ctx, base)->redo; /* recomputed (rg__commit) */
   uint32_t root = rg__t(ctx, base)->alias ? rg__t(ctx, base)->alias : base;
   rg_tinfo *r = rg__t(ctx, root);
   rg_tinfo *t = new_entry(ctx, RG_POOL_PASS, (rg_dtype)s.dtype, s.ndim, s.dims, r->numel, call);
@@ -144,8 +169,8 @@ uint32_t rg__adopt(rg_ctx *ctx, rg_dtype dt, int ndim, const int64_t *dims, void
   return ++ctx->pool[RG_POOL_PASS].n; /* pool 0: (0 << 31) | slot + 1 */
 }
 
-uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
-                 const char *call) {
+static uint32_t new_tensor(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                           const int64_t *dims, const char *call, bool reuse) {
   int64_t numel = shape_numel(ctx, ndim, dims, call);
   if (numel < 0) return 0;
   rg_pool_s *p = &ctx->pool[pool];
@@ -166,7 +191,7 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
   rg_tinfo *t = new_entry(ctx, pool, dt, ndim, dims, numel, call);
   if (!t) return 0;
   size_t off = 0;
-  void *data = pool == RG_POOL_PASS ? rg__arena_reuse(&p->arena, need, &off) : NULL;
+  void *data = reuse ? rg__arena_reuse(&p->arena, need, &off) : NULL;
   if (!data) data = rg__arena_alloc(ctx, &p->arena, nbytes, &off, false);
   if (!data) {
     rg__fail(ctx, RG_ERR_OOM, call, "the device is out of memory for %zu more bytes of the "
@@ -181,6 +206,16 @@ uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t
   p->bytes += need;
   if (p->bytes > p->peak) p->peak = p->bytes;
   return (uint32_t)pool << 31 | p->n;
+}
+
+uint32_t rg__new(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim, const int64_t *dims,
+                 const char *call) {
+  return new_tensor(ctx, pool, dt, ndim, dims, call, pool == RG_POOL_PASS);
+}
+
+uint32_t rg__new_reusing(rg_ctx *ctx, rg_pool pool, rg_dtype dt, int ndim,
+                         const int64_t *dims, const char *call) {
+  return new_tensor(ctx, pool, dt, ndim, dims, call, true);
 }
 
 void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *v) {
@@ -198,7 +233,7 @@ void rg__tv(rg_ctx *ctx, uint32_t ref, rg_tv *v) {
 
 static rg_tinfo *query(rg_ctx *ctx, rg_tensor t, const char *call) {
   uint32_t ref;
-  if (!ctx || rg__check(ctx, t, call, 1, &ref) != RG_OK) return NULL;
+  if (!ctx || check_handle(ctx, t, call, 1, &ref) != RG_OK) return NULL;
   return rg__t(ctx, ref);
 }
 int rg_ndim(rg_ctx *ctx, rg_tensor t) {
@@ -228,7 +263,8 @@ int rg_is_live(rg_ctx *ctx, rg_tensor t) {
   if (!ctx || !t.id) return 0;
   int pool = (int)(t.id >> 63);
   uint64_t gen = (t.id >> 32) & 0x7fffffffu, slot = t.id & 0xffffffffu;
-  return gen == (ctx->pool[pool].gen & 0x7fffffffu) && slot && slot <= ctx->pool[pool].n;
+  return gen == (ctx->pool[pool].gen & 0x7fffffffu) && slot && slot <= ctx->pool[pool].n &&
+         !(pool && (ctx->pool[pool].t[slot - 1].flags & RG_T_FREED));
 }
 uint64_t rg_generation(const rg_ctx *ctx, rg_pool pool) {
   return ctx && (pool == RG_POOL_PASS || pool == RG_POOL_PERSISTENT) ? ctx->pool[pool].gen : 0;

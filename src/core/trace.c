@@ -134,8 +134,11 @@ static void flush_locked(rg_trace *t) {
     t->werr = errno ? errno : EIO;
     t->dead = true;
     clearerr(t->f);
-    if (fseek(t->f, t->tail, SEEK_SET) == 0 && fputs(TAIL, t->f) >= 0 && fflush(t->f) == 0)
-      (void)ftruncate(fileno(t->f), (off_t)t->tail + (off_t)strlen(TAIL));
+    /* Best effort: the write already failed and is reported; a failed cut changes
+       nothing more (the file's valid prefix ends at TAIL either way). */
+    if (fseek(t->f, t->tail, SEEK_SET) == 0 && fputs(TAIL, t->f) >= 0 && fflush(t->f) == 0 &&
+        ftruncate(fileno(t->f), (off_t)t->tail + (off_t)strlen(TAIL)) != 0)
+      t->werr = t->werr ? t->werr : errno;
     return;
   }
   t->tail += (long)n;

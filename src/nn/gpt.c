@@ -5,8 +5,8 @@
  *
  * Invariants: parameters are made in GPT-2's state-dict order (wte, wpe, h.0..h.L-1,
  * ln_f) so one seed gives one model; the struct holds handles only (the context owns the
- * parameters), so freeing it never touches the device; the struct, its blocks and its
- * label are one malloc block.
+ * parameters), so freeing it never touches the device; the struct, its blocks, its
+ * prefix and its label are one malloc block.
  */
 #include "nn_util.h"
 
@@ -19,7 +19,8 @@
 struct rg_gpt {
   rg_ctx *ctx;
   rg_gpt_config cfg;
-  const char *label; /* prefix without its trailing '.', "" for none; inside this block */
+  const char *prefix; /* as given ("" for NULL); inside this block */
+  const char *label;  /* prefix without its trailing '.', "" for none; inside this block */
   rg_nn_embedding wte, wpe;
   rg_nn_layernorm ln_f;
   rg_nn_block h[];   /* cfg.layers */
@@ -103,15 +104,17 @@ rg_gpt *rg_gpt_new(rg_ctx *ctx, const rg_gpt_config *cfg, const char *prefix) {
   if (!prefix) prefix = "";
   size_t plen = strlen(prefix);
   size_t head = sizeof(rg_gpt) + (size_t)cfg->layers * sizeof(rg_nn_block);
-  rg_gpt *g = calloc(1, head + plen + 1);
+  rg_gpt *g = calloc(1, head + 2 * (plen + 1));
   if (!g) {
     rg__nn_misuse(ctx, "rg_gpt_new: out of host memory for the model struct (%zu bytes)",
-                  head + plen + 1);
+                  head + 2 * (plen + 1));
     return NULL;
   }
   g->ctx = ctx;
   g->cfg = *cfg;
   char *label = (char *)g + head;
+  memcpy(label + plen + 1, prefix, plen + 1);
+  g->prefix = label + plen + 1;
   memcpy(label, prefix, plen + 1);
   if (plen && label[plen - 1] == '.') label[plen - 1] = 0;
   g->label = label;
@@ -186,7 +189,9 @@ rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
     char lab[32];
     snprintf(lab, sizeof lab, "h.%lld", (long long)i);
     rg_label_push(ctx, lab);
+    int region = g->cfg.checkpoint && rg_checkpoint_begin(ctx) == RG_OK;
     x = rg_nn_block_forward(ctx, &g->h[i], x);
+    if (region) rg_checkpoint_end(ctx, x); /* RG_NONE after an error: closed all the same */
     rg_label_pop(ctx);
   }
   rg_label_push(ctx, "head");
@@ -237,5 +242,9 @@ int64_t rg_gpt_param_count(const rg_gpt *g) {
 }
 
 const rg_gpt_config *rg_gpt_config_of(const rg_gpt *g) { return g ? &g->cfg : NULL; }
+
+rg_ctx *rg__gpt_ctx(const rg_gpt *g) { return g->ctx; }
+
+const char *rg__gpt_prefix(const rg_gpt *g) { return g->prefix; }
 
 void rg_gpt_free(rg_gpt *g) { free(g); }

@@ -33,4 +33,9 @@ RG_NN_HIDDEN rg_status rg__nn_status(rg_ctx *ctx);
 /* malloc'd "<name>.<leaf>" ("<leaf>" when name is NULL or ""); NULL when out of memory. */
 RG_NN_HIDDEN char *rg__nn_join(const char *name, const char *leaf);
 
+/* A GPT's context and its parameters' prefix as rg_gpt_new was given it ("" for NULL);
+   g non-NULL (gpt.c, for gpt_hf.c). */
+RG_NN_HIDDEN rg_ctx *rg__gpt_ctx(const rg_gpt *g);
+RG_NN_HIDDEN const char *rg__gpt_prefix(const rg_gpt *g);
+
 #endif

@@ -1,5 +1,6 @@
 /*
- * fuzz_load.c - libFuzzer target for rg_load, the safetensors loader.
+ * fuzz_load.c - libFuzzer target for rg_load, the safetensors loader, and rg_st_open /
+ * rg_st_read, which read any safetensors file with the same parser.
  *
  * Each input becomes one file that a fresh CPU context loads into a small fixed model
  * (F32 parameters of 0 to 4 axes, one of them empty, names with a quote and UTF-8,
@@ -19,6 +20,8 @@
  *    (rg_optim_steps) and every tensor of a save afterwards, equals the file's bytes at
  *    its data_offsets, the metadata equals the file's (rg_meta_get and the saved copy),
  *    and a training step runs;
+ *  - rg_st_open of the same file fails with RG_ERR_IO, or accepts a header this harness
+ *    parses, and rg_st_read gives each tensor's bytes at its offsets;
  *  - either way the context keeps working: a training step afterwards succeeds.
  * Any violation prints "fuzz_load: ..." and aborts, so libFuzzer keeps the input.
  *
@@ -979,6 +982,48 @@ static FZ_NOCOV void fz_check_loaded(fz_model *m, const fz_buf *file, int with_o
   free(snap.p);
 }
 
+/* rg_st_open of the same file: refused with RG_ERR_IO and a message starting
+   "rg_st_open", or accepted when the harness's own reader parses the header too, with the
+   same tensors, each of which rg_st_read reads as the file's bytes at its offsets; the
+   context's sticky error is cleared afterwards. */
+static FZ_NOCOV void fz_check_st(fz_model *m, const fz_buf *file) {
+  rg_clear_error(m->ctx);
+  rg_st_file *f = rg_st_open(m->ctx, fz.in_path);
+  if (!f) {
+    if (rg_error(m->ctx) != RG_ERR_IO || strncmp(rg_errmsg(m->ctx), "rg_st_open", 10))
+      fz_die("rg_st_open refused the file with %s: \"%s\"", rg_status_str(rg_error(m->ctx)),
+             rg_errmsg(m->ctx));
+    rg_clear_error(m->ctx);
+    return;
+  }
+  fz_header h;
+  char why[200];
+  int json_ok;
+  if (!fz_header_read(file->p, file->n, &h, why, sizeof why, &json_ok)) {
+    if (!json_ok && getenv("RG_FUZZ_LAX_JSON")) {
+      fz_header_free(&h);
+      rg_st_close(f);
+      return;
+    }
+    fz_die("rg_st_open accepted a file the harness cannot read: %s", why);
+  }
+  if (rg_st_count(f) != h.nt)
+    fz_die("rg_st_open found %d tensors, the header has %d", rg_st_count(f), h.nt);
+  for (int i = 0; i < rg_st_count(f); i++) {
+    const rg_st_tensor *t = rg_st_at(f, i);
+    const fz_tensor *ft = fz_find(&h, t->name, strlen(t->name));
+    if (!ft || ft->end - ft->begin != t->nbytes || ft->end > h.data_len)
+      fz_die("rg_st_open's tensor \"%s\" is not the header's", t->name);
+    uint8_t *b = malloc(t->nbytes + 1);
+    if (!b) fz_die("out of memory");
+    if (rg_st_read(f, t, b, t->nbytes) != RG_OK || memcmp(b, h.data + ft->begin, t->nbytes))
+      fz_die("rg_st_read of \"%s\" is not the file's bytes (%s)", t->name, rg_errmsg(m->ctx));
+    free(b);
+  }
+  fz_header_free(&h);
+  rg_st_close(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_init();
   static fz_buf file;
@@ -998,6 +1043,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     fz_check_unchanged(&m, st);
   }
+  fz_check_st(&m, &file);
   st = fz_train(&m, FZ_STEPS);
   if (st != RG_OK)
     fz_die("a training step after rg_load -> %s (%s)", rg_status_str(st), rg_errmsg(m.ctx));

@@ -77,6 +77,10 @@ const opt_row OPTS[] = {
       "--text --sample: draw from the smallest set of bytes whose probability reaches P"),
   ROW("greedy", "", "", OPT_FLAG, greedy, 0, 0,
       "--text --sample: always the most likely byte (same as --top-k 1)"),
+  ROW("checkpoint-activations", "", "", OPT_FLAG, checkpoint_activations, 0, 0,
+      "keep only each block's output through the forward pass and recompute the rest "
+      "for the backward: less memory (a larger --batch fits), more compute, the same "
+      "gradients"),
   ROW("allow-nonfinite", "", "", OPT_FLAG, allow_nonfinite, 0, 0,
       "load a checkpoint holding NaN or Inf (for debugging; refused otherwise)"),
   ROW("distributed", "", "", OPT_FLAG, distributed, 0, 0,

@@ -51,7 +51,7 @@ typedef struct opts {
   int64_t save_every, top_k;
   float lr, wd, clip, temperature, top_p;
   uint64_t seed;
-  int64_t distributed, greedy, allow_nonfinite, help;
+  int64_t distributed, greedy, allow_nonfinite, checkpoint_activations, help;
 } opts;
 
 typedef enum opt_type { OPT_INT, OPT_REAL, OPT_U64, OPT_STR, OPT_FLAG } opt_type;
