@@ -11,6 +11,7 @@
  *    written so that a NaN input falls through to the NaN-producing branch).
  */
 #include "cpu.h"
+#include "vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -143,18 +144,11 @@ rg_status rg_cpu_div(rg_kargs *k) { return binary(k, B_DIV); }
 enum { U_SCALE, U_POW, U_CLAMP, U_NEG, U_EXP, U_LOG, U_SQRT, U_RELU, U_GELU, U_SILU,
        U_SIGMOID, U_TANH };
 
-#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
 /* Never evaluates exp of a large positive argument, so no spurious overflow to inf/inf. */
 static inline float sigmoidf(float x) {
   if (x >= 0.f) return 1.f / (1.f + expf(-x));
   float e = expf(x);
   return e / (1.f + e);
-}
-
-static inline float geluf(float x) {
-  return 0.5f * x * (1.f + tanhf(GELU_C * (x + GELU_A * x * x * x)));
 }
 
 static void pow_span(const float *x, float *y, int64_t n, float p) {
@@ -179,7 +173,7 @@ static void unary_span(int op, const float *x, float *y, int64_t n, float p0, fl
   case U_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
   case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
   case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.f ? 0.f : x[i]; break;
-  case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = geluf(x[i]); break;
+  case U_GELU: rg_cpu_vec()->gelu(x, y, n); break;
   case U_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] * sigmoidf(x[i]); break;
   case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]); break;
   default: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
@@ -216,13 +210,6 @@ rg_status rg_cpu_tanh(rg_kargs *k) { return unary(k, U_TANH); }
 
 enum { D_RELU, D_GELU, D_SILU, D_SIGMOID, D_TANH, D_CLAMP };
 
-/* d/dx of the tanh-approximation GELU, differentiated exactly (not the erf form). */
-static inline float gelu_grad(float x) {
-  float x2 = x * x;
-  float t = tanhf(GELU_C * (x + GELU_A * x2 * x));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * GELU_C * (1.f + 3.f * GELU_A * x2);
-}
-
 static inline float silu_grad(float x) {
   float s = sigmoidf(x);
   return s * (1.f + x * (1.f - s));
@@ -233,7 +220,7 @@ static void dgrad_span(int op, const float *u, const float *g, float *d, int64_t
                        float hi) {
   switch (op) {
   case D_RELU: for (int64_t i = 0; i < n; i++) d[i] = u[i] > 0.f ? g[i] : 0.f; break;
-  case D_GELU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * gelu_grad(u[i]); break;
+  case D_GELU: rg_cpu_vec()->gelu_bwd(u, g, d, n); break;
   case D_SILU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * silu_grad(u[i]); break;
   case D_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = g[i] * u[i] * (1.f - u[i]); break;
   case D_TANH: for (int64_t i = 0; i < n; i++) d[i] = g[i] * (1.f - u[i] * u[i]); break;

@@ -2,6 +2,7 @@
  * losses.c - CPU kernels: cross-entropy (with its fused backward), its backward, and mse. The row kernels' invariants are in rows.h.
  */
 #include "rows.h"
+#include "vec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,9 +54,9 @@ static rg_status ce_check(rg_kargs *k, const ce_view *v, int64_t *count) {
 /* -log softmax(x)[t] for one row: max + log sum exp(x - max) - x[t], the exp sum taken in
    double; st gets the max and the log of the sum. */
 static double ce_row(const float *x, int64_t C, int32_t t, float *st) {
-  float m = row_max(x, C);
-  double s = 0;
-  for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  const rg_vec_ops *vo = rg_cpu_vec();
+  float m = vo->max(x, C);
+  double s = vo->exp_sum(x, m, NULL, C);
   st[0] = m;
   st[1] = (float)log(s);
   return (double)m + log(s) - x[t];
@@ -110,7 +111,8 @@ rg_status rg_cpu_cross_entropy_bwd(rg_kargs *k) {
       continue;
     }
     const float *x = v.x + r * v.C, m = stats[2 * r], ls = stats[2 * r + 1];
-    for (int64_t c = 0; c < v.C; c++) d[c] = expf((x[c] - m) - ls) * coef;
+    /* exp(x - m - ls) as exp(x - m) exp(-ls): x - m stays exact for large logits */
+    rg_cpu_vec()->exp_scale(x, m, coef * expf(-ls), d, v.C);
     d[v.tg[r]] -= coef;
   }
   return RG_OK;

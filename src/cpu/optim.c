@@ -16,6 +16,7 @@
  *    the arithmetic and rounded back (round to nearest even).
  */
 #include "cpu.h"
+#include "vec.h"
 #include "../core/sched.h"
 
 #include <math.h>
@@ -190,7 +191,7 @@ static int64_t bump_step(rg_kargs *k, const rg_optim *o) {
 }
 
 /* The per-step constants of AdamW, folded once in double as PyTorch does on the host. */
-typedef struct adam_c { float decay, omb1, b2, omb2, step_size, bc2_sqrt, eps; } adam_c;
+typedef rg_vec_adam adam_c;
 
 /* PyTorch's single-tensor AdamW, op for op: decoupled decay, m.lerp_(g, 1-b1),
    v = v*b2 + (1-b2) g^2, w += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
@@ -210,18 +211,18 @@ static void adam_tensor(const adam_c *c, const rg_tv *w, const rg_tv *g, const r
               v->dtype == RG_F32;
 #pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
   for (int64_t ch = 0; ch < nc; ch++) {
-    int64_t hi = min64(n, (ch + 1) * CHUNK);
-    for (int64_t i = ch * CHUNK; i < hi; i++) {
-      if (fast) {
-        adam_elem(c, (float *)w->p + i, ((const float *)g->p)[i], (float *)m->p + i,
-                  (float *)v->p + i);
-      } else {
-        float wv = ld(w->p, w->dtype, i), mv = ld(m->p, m->dtype, i), vv = ld(v->p, v->dtype, i);
-        adam_elem(c, &wv, ld(g->p, g->dtype, i), &mv, &vv);
-        st(w->p, w->dtype, i, wv);
-        st(m->p, m->dtype, i, mv);
-        st(v->p, v->dtype, i, vv);
-      }
+    int64_t lo = ch * CHUNK, hi = min64(n, (ch + 1) * CHUNK);
+    if (fast) { /* the same bits as adam_elem, a vector at a time */
+      rg_cpu_vec()->adamw(c, (float *)w->p + lo, (const float *)g->p + lo, (float *)m->p + lo,
+                          (float *)v->p + lo, hi - lo);
+      continue;
+    }
+    for (int64_t i = lo; i < hi; i++) {
+      float wv = ld(w->p, w->dtype, i), mv = ld(m->p, m->dtype, i), vv = ld(v->p, v->dtype, i);
+      adam_elem(c, &wv, ld(g->p, g->dtype, i), &mv, &vv);
+      st(w->p, w->dtype, i, wv);
+      st(m->p, m->dtype, i, mv);
+      st(v->p, v->dtype, i, vv);
     }
   }
 }

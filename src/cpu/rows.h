@@ -40,10 +40,4 @@ static inline int thread_id(void) {
 #endif
 }
 
-static inline float row_max(const float *x, int64_t C) {
-  float m = x[0];
-  for (int64_t c = 1; c < C; c++) m = x[c] > m ? x[c] : m;
-  return m;
-}
-
 #endif

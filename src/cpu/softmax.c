@@ -2,6 +2,7 @@
  * softmax.c - CPU kernels: softmax and log-softmax over the last axis, and their backward. The row kernels' invariants are in rows.h.
  */
 #include "rows.h"
+#include "vec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,20 +11,16 @@
 /* ---- softmax and log-softmax ----------------------------------------------------------- */
 
 static void softmax_row(const float *x, float *y, int64_t C) {
-  float m = row_max(x, C);
-  double s = 0;
-  for (int64_t c = 0; c < C; c++) {
-    y[c] = expf(x[c] - m);
-    s += y[c];
-  }
+  const rg_vec_ops *vo = rg_cpu_vec();
+  double s = vo->exp_sum(x, vo->max(x, C), y, C);
   float inv = (float)(1.0 / s);
   for (int64_t c = 0; c < C; c++) y[c] *= inv;
 }
 
 static void log_softmax_row(const float *x, float *y, int64_t C) {
-  float m = row_max(x, C);
-  double s = 0;
-  for (int64_t c = 0; c < C; c++) s += expf(x[c] - m);
+  const rg_vec_ops *vo = rg_cpu_vec();
+  float m = vo->max(x, C);
+  double s = vo->exp_sum(x, m, NULL, C);
   float lse = (float)log(s);
   for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) - lse;
 }
@@ -57,8 +54,8 @@ static void softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C
 static void log_softmax_bwd_row(const float *y, const float *g, float *dx, int64_t C) {
   double s = 0;
   for (int64_t c = 0; c < C; c++) s += g[c];
-  float sf = (float)s;
-  for (int64_t c = 0; c < C; c++) dx[c] = g[c] - expf(y[c]) * sf;
+  rg_cpu_vec()->exp_scale(y, 0.f, (float)s, dx, C); /* y <= 0: a log-probability */
+  for (int64_t c = 0; c < C; c++) dx[c] = g[c] - dx[c];
 }
 
 static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
