@@ -152,6 +152,28 @@ static float *thread_scratch(rg_kargs *k, int nt, int64_t per) {
   return s;
 }
 
+/* What the forward and backward hand their bodies. scratch holds per thread slot one row
+   of S floats (forward) or two (backward). */
+typedef struct {
+  const attn_dims *a;
+  const attn_io *io;
+  const rg_vec_ops *vo;
+  float *scratch, *delta;
+} attn_job;
+
+static void attn_fwd_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  float *p = j->scratch + (int64_t)slot * a->S;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->T, t = r % a->T, kv = attn_head(a, &a->k, bh);
+    attn_fwd_row(a, io, j->vo, io->q + attn_head(a, &a->q, bh) + t * a->q.sr, io->k + kv,
+                 io->v + kv, io->o + attn_head(a, &a->o, bh) + t * a->o.sr, io->lse + r, p, bh,
+                 t);
+  }
+}
+
 /* Both forward ops: one query row per iteration. */
 static rg_status attn_forward(rg_kargs *k) {
   attn_io io;
@@ -183,20 +205,8 @@ static rg_status attn_forward(rg_kargs *k) {
   }
   float *scratch = thread_scratch(k, nt, a.S);
   if (!scratch) return RG_ERR_OOM;
-  const rg_vec_ops *vo = rg_cpu_vec();
-  bool par = rows * a.S * a.D > PAR_MIN;
-  (void)par; /* read only by OpenMP pragmas */
-#pragma omp parallel num_threads(nt) if(par)
-  {
-    float *p = scratch + (int64_t)thread_id() * a.S;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
-      attn_fwd_row(&a, &io, vo, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv,
-                   io.v + kv, io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, bh,
-                   t);
-    }
-  }
+  rg_cpu_for(rows, rows * a.S * a.D > PAR_MIN ? nt : 1, attn_fwd_range,
+             &(attn_job){&a, &io, rg_cpu_vec(), scratch, NULL});
   rg__free(k->ctx, scratch);
   return RG_OK;
 }
@@ -259,6 +269,35 @@ static void attn_bwd_key(const attn_dims *a, const attn_io *io, const rg_vec_ops
   }
 }
 
+/* Pass 1 over query rows [lo, hi). */
+static void attn_bwd_query_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  float *p = j->scratch + (int64_t)slot * 2 * a->S, *dp = p + a->S;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->T, t = r % a->T, kv = attn_head(a, &a->k, bh);
+    int64_t qo = attn_head(a, &a->q, bh) + t * a->q.sr;
+    attn_bwd_query(a, io, j->vo, io->q + qo, io->k + kv, io->v + kv,
+                   io->g + attn_head(a, &a->o, bh) + t * a->o.sr, io->dq ? io->dq + qo : NULL,
+                   p, dp, bh, t, io->lse[r], j->delta + r);
+  }
+}
+
+/* Pass 2 over key rows [lo, hi). */
+static void attn_bwd_key_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->S, s = r % a->S, ko = attn_head(a, &a->k, bh) + s * a->k.sr;
+    attn_bwd_key(a, io, j->vo, io->q + attn_head(a, &a->q, bh), io->k + ko, io->v + ko,
+                 io->g + attn_head(a, &a->o, bh), io->lse + bh * a->T, j->delta + bh * a->T,
+                 io->dk ? io->dk + ko : NULL, io->dv ? io->dv + ko : NULL, bh, s);
+  }
+}
+
 /* Both backward ops. */
 static rg_status attn_backward(rg_kargs *k) {
   attn_io io;
@@ -269,32 +308,10 @@ static rg_status attn_backward(rg_kargs *k) {
   /* per thread a p and a dp row, then delta per query row */
   float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + qrows);
   if (!scratch) return RG_ERR_OOM;
-  const float *lse = io.lse;
-  float *delta = scratch + (int64_t)nt * 2 * a.S;
-  const rg_vec_ops *vo = rg_cpu_vec();
-  bool par = qrows * a.S * a.D > PAR_MIN;
-  (void)par; /* read only by OpenMP pragmas */
-#pragma omp parallel num_threads(nt) if(par)
-  {
-    float *p = scratch + (int64_t)thread_id() * 2 * a.S, *dp = p + a.S;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < qrows; r++) {
-      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
-      int64_t qo = attn_head(&a, &a.q, bh) + t * a.q.sr;
-      attn_bwd_query(&a, &io, vo, io.q + qo, io.k + kv, io.v + kv,
-                     io.g + attn_head(&a, &a.o, bh) + t * a.o.sr, io.dq ? io.dq + qo : NULL,
-                     p, dp, bh, t, lse[r], delta + r);
-    }
-  }
-  if (io.dk || io.dv) {
-#pragma omp parallel for num_threads(nt) if(par) schedule(static)
-    for (int64_t r = 0; r < krows; r++) {
-      int64_t bh = r / a.S, s = r % a.S, ko = attn_head(&a, &a.k, bh) + s * a.k.sr;
-      attn_bwd_key(&a, &io, vo, io.q + attn_head(&a, &a.q, bh), io.k + ko, io.v + ko,
-                   io.g + attn_head(&a, &a.o, bh), lse + bh * a.T, delta + bh * a.T,
-                   io.dk ? io.dk + ko : NULL, io.dv ? io.dv + ko : NULL, bh, s);
-    }
-  }
+  attn_job j = {&a, &io, rg_cpu_vec(), scratch, scratch + (int64_t)nt * 2 * a.S};
+  int par = qrows * a.S * a.D > PAR_MIN ? nt : 1;
+  rg_cpu_for(qrows, par, attn_bwd_query_range, &j);
+  if (io.dk || io.dv) rg_cpu_for(krows, par, attn_bwd_key_range, &j);
   rg__free(k->ctx, scratch);
   return RG_OK;
 }

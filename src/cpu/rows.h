@@ -19,10 +19,6 @@
 
 #include "cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Below this many input elements a kernel runs on one thread. */
 #define PAR_MIN 32768
 /* Column block for reductions across rows (dgamma, dtable): one double per column. */
@@ -31,13 +27,5 @@
 #define MAX_CHUNKS 64
 
 static inline int64_t last_dim(const rg_tv *x) { return x->ndim ? x->dims[x->ndim - 1] : 1; }
-
-static inline int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
 
 #endif

@@ -25,17 +25,31 @@ static void log_softmax_row(const float *x, float *y, int64_t C) {
   for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) - lse;
 }
 
-static rg_status softmax_common(rg_kargs *k, bool log_form) {
-  const float *x = k->in[0].p;
-  float *y = k->out[0].p;
-  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
-#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    if (log_form)
+/* What the four kernels hand their bodies: rows of C. */
+typedef struct {
+  const rg_kargs *k;
+  int64_t C;
+  bool log_form;
+} softmax_job;
+
+static void softmax_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const softmax_job *j = a;
+  const float *x = j->k->in[0].p;
+  float *y = j->k->out[0].p;
+  int64_t C = j->C;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    if (j->log_form)
       log_softmax_row(x + r * C, y + r * C, C);
     else
       softmax_row(x + r * C, y + r * C, C);
   }
+}
+
+static rg_status softmax_common(rg_kargs *k, bool log_form) {
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
+  rg_cpu_for(R, par_threads(k, k->in[0].n > PAR_MIN), softmax_range,
+             &(softmax_job){k, C, log_form});
   return RG_OK;
 }
 
@@ -58,17 +72,24 @@ static void log_softmax_bwd_row(const float *y, const float *g, float *dx, int64
   for (int64_t c = 0; c < C; c++) dx[c] = g[c] - dx[c];
 }
 
-static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
-  const float *y = k->in[0].p, *g = k->in[1].p;
-  float *dx = k->out[0].p;
-  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
-#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    if (log_form)
+static void softmax_bwd_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const softmax_job *j = a;
+  const float *y = j->k->in[0].p, *g = j->k->in[1].p;
+  float *dx = j->k->out[0].p;
+  int64_t C = j->C;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    if (j->log_form)
       log_softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
     else
       softmax_bwd_row(y + r * C, g + r * C, dx + r * C, C);
   }
+}
+
+static rg_status softmax_bwd_common(rg_kargs *k, bool log_form) {
+  int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
+  rg_cpu_for(R, par_threads(k, k->in[0].n > PAR_MIN), softmax_bwd_range,
+             &(softmax_job){k, C, log_form});
   return RG_OK;
 }
 
