@@ -18,7 +18,8 @@ compile-ro (torch.compile reduce-overhead, which runs TF32 as well); resgrad bf1
 eager-bf16 and compile-ro-bf16 (torch.autocast to bfloat16, TF32 for the rest).
 
 --device cpu: both on the CPU (PyTorch with no GPU visible), f32 only unless --modes says
-otherwise, both given --threads threads (OMP_NUM_THREADS; default: every core).
+otherwise, both given --threads threads (RG_THREADS for resgrad, OMP_NUM_THREADS for
+PyTorch; default: every core).
 --python: the interpreter that has PyTorch (e.g. a virtual environment's bin/python).
 """
 import argparse, json, os, subprocess, sys
@@ -71,7 +72,8 @@ def main():
     works, modes = a.workloads.split(","), a.modes.split(",")
     env = dict(os.environ)
     if cpu:
-        env.update(OMP_NUM_THREADS=str(a.threads), CUDA_VISIBLE_DEVICES="")
+        env.update(RG_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
+                   CUDA_VISIBLE_DEVICES="")
         print("machine: %d cores, %s; threads %d; load %.2f %.2f %.2f" % (
             (os.cpu_count(), cpu_name(), a.threads) + os.getloadavg()), flush=True)
     ours, theirs = {}, {}

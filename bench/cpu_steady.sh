@@ -26,7 +26,7 @@ for w in $WORKS; do
   for t in $THREADS; do
     meds=()
     for ((r = 0; r < RUNS; r++)); do
-      m=$(OMP_NUM_THREADS=$t "$BIN" --device cpu --mode f32 --steps $steps --warm $warm "$w" |
+      m=$(RG_THREADS=$t "$BIN" --device cpu --mode f32 --steps $steps --warm $warm "$w" |
           sed -n 's/.*"ms_median":\([0-9.]*\).*/\1/p')
       meds+=("${m:-nan}")
     done

@@ -13,10 +13,12 @@
  *    thread if the caller orders the hand-over (a mutex, a join). Two contexts share no
  *    mutable state and may be used from two threads at once (tests/test_threads.c, run
  *    under ThreadSanitizer by make tsan, on the CPU backend). rg_version and
- *    rg_status_str may be called from any thread. One thing is process-wide: with
- *    OpenBLAS the BLAS thread pool is one per process; a CPU context opened while no
- *    other is open sets it to one thread, and splits its products over its own OpenMP
- *    threads instead, so that one pool computes and the two never contend for cores.
+ *    rg_status_str may be called from any thread. A CPU context owns a pool of threads
+ *    for its kernels (rg_options.threads), started by rg_open and joined by rg_close;
+ *    idle, they sleep. One thing is process-wide: with OpenBLAS the BLAS thread pool is
+ *    one per process; a CPU context opened while no other is open sets it to one thread,
+ *    and splits its products over its own pool instead, so that one pool computes and
+ *    the two never contend for cores.
  *  - Functions returning rg_status return RG_OK or a negative code; the message is
  *    available from rg_errmsg (sticky: the first error since rg_clear_error).
  *  - Functions returning rg_tensor return RG_NONE on error and set the sticky error.
@@ -106,7 +108,9 @@ typedef struct rg_options {
                               queue, not the pass: see max_pass_nodes */
   uint64_t seed;           /* parameter init and dropout; 0 (default) means seed 0
                               (deterministic) */
-  int threads;             /* CPU threads for kernels; 0 (default): all cores */
+  int threads;             /* CPU threads for kernels, the caller's included; 0
+                              (default): RG_THREADS if set, else every core this
+                              process may run on. Results are the same for any count */
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
                               0 (default): notices */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr;
