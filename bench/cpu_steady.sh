@@ -7,13 +7,16 @@
 # issue's bar: every run within 1.25x of the best). The busy process is stopped at the end.
 #
 # usage: bench/cpu_steady.sh [BIN] [RUNS]     (BIN: build/workloads, RUNS: 10)
-#        env WORKS="mlp-small gpt-char", THREADS="1 2", BUSY=1 (0: no busy process)
+#        env WORKS="mlp-small gpt-char", THREADS="1 2", BUSY=1 (0: no busy process),
+#            GPT_STEPS=8 GPT_WARM=2 (gpt-char's counted and warm-up steps)
 set -u
 BIN=${1:-build/workloads}
 RUNS=${2:-10}
 WORKS=${WORKS:-"mlp-small gpt-char"}
 THREADS=${THREADS:-"1 2"}
 BUSY=${BUSY:-1}
+GPT_STEPS=${GPT_STEPS:-8}
+GPT_WARM=${GPT_WARM:-2}
 busy_pid=
 if [ "$BUSY" = 1 ]; then
   sh -c 'while :; do :; done' &
@@ -22,7 +25,7 @@ if [ "$BUSY" = 1 ]; then
 fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load: $(cut -d' ' -f1-3 /proc/loadavg); busy process: ${busy_pid:-none}"
 for w in $WORKS; do
-  case $w in gpt*) steps=8 warm=2 ;; *) steps=50 warm=10 ;; esac
+  case $w in gpt*) steps=$GPT_STEPS warm=$GPT_WARM ;; *) steps=50 warm=10 ;; esac
   for t in $THREADS; do
     meds=()
     for ((r = 0; r < RUNS; r++)); do
