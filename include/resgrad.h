@@ -109,8 +109,9 @@ typedef struct rg_options {
   uint64_t seed;           /* parameter init and dropout; 0 (default) means seed 0
                               (deterministic) */
   int threads;             /* CPU threads for kernels, the caller's included; 0
-                              (default): RG_THREADS if set, else every core this
-                              process may run on. Results are the same for any count */
+                              (default): RG_THREADS if set, else OMP_NUM_THREADS, else
+                              every core this process may run on (those two capped by
+                              OMP_THREAD_LIMIT). Results are the same for any count */
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
                               0 (default): notices */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr;

@@ -201,7 +201,19 @@ int main(void) {
   CHECK(fails[0] == 0 && fails[1] == 0, "two pools at once: %d and %d failures", fails[0],
         fails[1]);
 
-  /* RG_THREADS when rg_options.threads is 0; anything but a positive count is ignored. */
+  /* RG_THREADS when rg_options.threads is 0; anything but a positive count is ignored;
+     then OMP_NUM_THREADS's first count, capped by OMP_THREAD_LIMIT (not RG_THREADS). */
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("OMP_THREAD_LIMIT");
+  setenv("OMP_NUM_THREADS", "5,2", 1);
+  CHECK(rg_cpu_default_threads() == 5, "OMP_NUM_THREADS=5,2 gave %d", rg_cpu_default_threads());
+  setenv("OMP_THREAD_LIMIT", "2", 1);
+  CHECK(rg_cpu_default_threads() == 2, "OMP_THREAD_LIMIT=2 gave %d", rg_cpu_default_threads());
+  setenv("RG_THREADS", "4", 1);
+  CHECK(rg_cpu_default_threads() == 4, "RG_THREADS=4 under OMP_THREAD_LIMIT=2 gave %d",
+        rg_cpu_default_threads());
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("OMP_THREAD_LIMIT");
   setenv("RG_THREADS", "3", 1);
   CHECK(rg_cpu_default_threads() == 3, "RG_THREADS=3 gave %d", rg_cpu_default_threads());
   setenv("RG_THREADS", "zero", 1);

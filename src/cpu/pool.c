@@ -227,17 +227,31 @@ void rg_cpu_for(int64_t n, int threads, rg_cpu_body fn, void *arg) {
   }
 }
 
+/* The positive count an environment variable starts with (OMP_NUM_THREADS may be a list,
+   "4,2"); 0 when unset or not a count. */
+static int env_count(const char *name, bool whole) {
+  const char *e = getenv(name);
+  if (!e || !*e) return 0;
+  char *end;
+  long v = strtol(e, &end, 10);
+  if (end == e || (whole ? *end != '\0' : (*end != '\0' && *end != ','))) return 0;
+  return v > 0 && v <= 4096 ? (int)v : 0;
+}
+
 int rg_cpu_default_threads(void) {
-  const char *e = getenv("RG_THREADS");
-  if (e && *e) {
-    char *end;
-    long v = strtol(e, &end, 10);
-    if (*end == '\0' && v > 0 && v <= 4096) return (int)v;
-  }
+  int n = env_count("RG_THREADS", true);
+  if (n) return n;
+  n = env_count("OMP_NUM_THREADS", false);
+  if (!n) {
 #ifdef CPU_COUNT
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
 #endif
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
+    if (n <= 0) {
+      long c = sysconf(_SC_NPROCESSORS_ONLN);
+      n = c > 0 && c <= 4096 ? (int)c : 1;
+    }
+  }
+  int limit = env_count("OMP_THREAD_LIMIT", true);
+  return limit && limit < n ? limit : n;
 }

@@ -46,7 +46,10 @@ rg_cpu_pool *rg_cpu_pool_use(rg_cpu_pool *p);
 void rg_cpu_for(int64_t n, int threads, rg_cpu_body fn, void *arg);
 
 /* The thread count a context gets when rg_options.threads is 0: RG_THREADS when set to a
-   positive number, else the CPUs this process may run on. */
+   positive number; else OMP_NUM_THREADS's first count, else the CPUs this process may run
+   on, either capped by OMP_THREAD_LIMIT. (The OpenMP variables are read because programs
+   that embed the library, R CMD check and PyTorch-side scripts among them, bound threads
+   with them.) */
 int rg_cpu_default_threads(void);
 
 #endif
