@@ -69,8 +69,9 @@ sanitize:
 # Python and R packages, whose tests would check the interpreters) under
 # valgrind memcheck: any invalid access, use of uninitialised memory or leak (definite,
 # indirect or possible) fails the test; tests/valgrind.supp holds the only suppressions
-# (none are needed now: the CPU pool's threads are joined at rg_close). A CPU-only build: with CUDA every test would also load cudart
-# and cuBLASLt, which costs ~15 s per program under valgrind and checks nothing of ours.
+# (the TLS of CPU pool threads that a process exiting without rg_close leaves running).
+# A CPU-only build: with CUDA every test would also load cudart and cuBLASLt, which costs
+# ~15 s per program under valgrind and checks nothing of ours.
 # The built-in GEMM, not OpenBLAS: under valgrind OpenBLAS's spinning threads made the
 # training tests take 800 s instead of 50, and valgrind's CPU makes it pick kernels whose
 # results depend on its thread count, which tests compare. Logs:
