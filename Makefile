@@ -29,9 +29,6 @@ VALGRIND ?= valgrind
 MEMCHECK_EXCLUDE ?= ^(test_cuda|test_crash|installed_runs)$$
 FUZZ_CC    ?= clang
 TSAN_CC    ?= clang
-# LLVM's OpenMP tool that tells ThreadSanitizer about libomp's barriers and tasks (Debian:
-# libomp-14-dev); without it every OpenMP region would be a false report.
-ARCHER     ?= $(dir $(realpath $(shell command -v $(TSAN_CC))))../lib/libarcher.so
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS ?=
 PREFIX     ?= /usr/local
@@ -72,18 +69,18 @@ sanitize:
 # Python and R packages, whose tests would check the interpreters) under
 # valgrind memcheck: any invalid access, use of uninitialised memory or leak (definite,
 # indirect or possible) fails the test; tests/valgrind.supp holds the only suppressions
-# (libgomp's thread pool). A CPU-only build: with CUDA every test would also load cudart
-# and cuBLASLt, which costs ~15 s per program under valgrind and checks nothing of ours.
+# (the TLS of CPU pool threads that a process exiting without rg_close leaves running).
+# A CPU-only build: with CUDA every test would also load cudart and cuBLASLt, which costs
+# ~15 s per program under valgrind and checks nothing of ours.
 # The built-in GEMM, not OpenBLAS: under valgrind OpenBLAS's spinning threads made the
 # training tests take 800 s instead of 50, and valgrind's CPU makes it pick kernels whose
-# results depend on its thread count, which tests compare. OpenMP threads wait passively
-# for the same reason. Logs:
+# results depend on its thread count, which tests compare. Logs:
 # $(VALGRIND_BUILD)/Testing/Temporary/MemoryChecker.*.log.
 memcheck:
 	$(CMAKE) -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=OFF -DRG_BLAS=OFF \
 	  -DRG_BUILD_EXAMPLES=OFF -DRG_PYTHON=OFF -DRG_R=OFF -DRG_TEST_TIMEOUT=1800 $(CMAKE_FLAGS)
 	$(CMAKE) --build $(VALGRIND_BUILD) --parallel $(JOBS)
-	OMP_WAIT_POLICY=passive $(CTEST) --test-dir $(VALGRIND_BUILD) -T memcheck \
+	$(CTEST) --test-dir $(VALGRIND_BUILD) -T memcheck \
 	  --output-on-failure \
 	  --parallel $(JOBS) -E '$(MEMCHECK_EXCLUDE)' \
 	  --overwrite MemoryCheckCommand=$$(command -v $(VALGRIND)) \
@@ -98,7 +95,7 @@ memcheck:
 # Extra libFuzzer flags go in FUZZ_FLAGS, e.g. FUZZ_FLAGS=-jobs=2.
 fuzz:
 	CC=$(FUZZ_CC) $(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DRG_FUZZ=ON -DRG_CUDA=OFF -DRG_OPENMP=OFF \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DRG_FUZZ=ON -DRG_CUDA=OFF \
 	  -DRG_BLAS=OFF -DRG_BUILD_TESTS=OFF -DRG_BUILD_EXAMPLES=OFF -DRG_BUILD_TOOLS=OFF \
 	  $(CMAKE_FLAGS)
 	$(CMAKE) --build $(FUZZ_BUILD) --parallel $(JOBS) --target rg_fuzzers
@@ -113,19 +110,18 @@ fuzz:
 	    $(FUZZ_FLAGS) $(FUZZ_BUILD)/corpus/$$name $$seeds; \
 	done
 
-# The whole suite under ThreadSanitizer, OpenMP (libomp + archer) and OpenBLAS included;
-# test_threads trains four contexts in four threads at once. A CPU-only Clang build
-# (-O1 -g); any report fails the test. OpenBLAS is not instrumented: what its threads do
-# is not checked (TSAN_OPTIONS=ignore_noninstrumented_modules=1, set by cmake/Tests.cmake).
+# The whole suite under ThreadSanitizer, OpenBLAS included: the CPU pool (src/cpu/pool.c)
+# is plain POSIX threads and C11 atomics, which TSan sees without help; test_pool drives
+# pools hard and test_threads trains four contexts in four threads at once, each with
+# its pool. A CPU-only Clang build (-O1 -g); any report fails the test. OpenBLAS is not
+# instrumented: what its threads do is not checked
+# (TSAN_OPTIONS=ignore_noninstrumented_modules=1, set by cmake/Tests.cmake).
 tsan:
-	@test -f "$(ARCHER)" || { echo "make tsan: no $(ARCHER) (apt-get install libomp-14-dev)"; \
-	  exit 1; }
 	CC=$(TSAN_CC) $(CMAKE) -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DRG_TSAN=ON -DRG_CUDA=OFF \
 	  -DRG_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS)
 	$(CMAKE) --build $(TSAN_BUILD) --parallel $(JOBS)
-	OMP_TOOL_LIBRARIES=$(ARCHER) $(CTEST) --test-dir $(TSAN_BUILD) --output-on-failure \
-	  --parallel $(JOBS)
+	$(CTEST) --test-dir $(TSAN_BUILD) --output-on-failure --parallel $(JOBS)
 
 bench: configure
 	$(CMAKE) --build $(BUILD) --parallel $(JOBS) --target rg_bench

@@ -8,7 +8,7 @@
  * timed for ns_per_op; the drain that runs each batch (rg_sync) is timed separately as
  * drain_ns_per_op. After each batch the result is read back and must equal BATCH
  * ("counted is not computed"). One untimed batch warms up the pools first. Kernels run
- * on one thread so the drain figure is executor overhead, not OpenMP start-up.
+ * on one thread so the drain figure is executor overhead, not thread hand-offs.
  *
  * usage:  op_overhead [ops]   (default 200000, rounded up to a multiple of BATCH)
  * output: one JSON line, e.g.

@@ -58,9 +58,6 @@ if(RG_HAVE_CBLAS)
     list(APPEND RG_PRIVATE_DEFS RG_HAVE_OPENBLAS=1)
   endif()
 endif()
-if(RG_HAVE_OPENMP)
-  list(APPEND RG_PRIVATE_DEFS RG_HAVE_OPENMP=1)
-endif()
 if(RG_HAVE_CUDNN)
   list(APPEND RG_PRIVATE_DEFS RG_HAVE_CUDNN=1)
 endif()
@@ -111,22 +108,15 @@ foreach(_lib resgrad resgrad_static)
 endforeach()
 
 # Link dependencies. For the shared library they are private. The static archive's users
-# must link them too; they are exported as plain library paths/names (not as the
-# OpenMP::OpenMP_C target) so find_package(resgrad) needs no find_dependency(OpenMP),
-# which would fail in projects that do not enable C.
-if(RG_HAVE_OPENMP)
-  target_link_libraries(resgrad PRIVATE OpenMP::OpenMP_C)
-  target_link_libraries(resgrad_static PRIVATE $<BUILD_INTERFACE:OpenMP::OpenMP_C>)
-  foreach(_l ${OpenMP_C_LIBRARIES})
-    target_link_libraries(resgrad_static INTERFACE $<INSTALL_INTERFACE:${_l}>)
-  endforeach()
-endif()
+# must link them too; they are exported as plain library paths/names (not as imported
+# targets) so find_package(resgrad) needs no find_dependency, which would fail in
+# projects that do not enable C.
 if(RG_HAVE_CBLAS)
   target_link_libraries(resgrad PRIVATE ${RG_BLAS_LIBS})
   target_link_libraries(resgrad_static PRIVATE ${RG_BLAS_LIBS})
 endif()
 if(RG_HAVE_CUDA)
-  # As for OpenMP: the installed static target names the libraries by path, so users'
+  # The installed static target names the libraries by path, so users'
   # find_package(resgrad) needs no find_package(CUDAToolkit). The host code nvcc emits
   # is C++, hence libstdc++ for a static link from C.
   set(RG_CUDA_LINK_LIBS "${CUDAToolkit_LIBRARY_DIR}/libcublasLt.so"
@@ -148,8 +138,8 @@ if(RG_HAVE_CUDA)
     target_link_libraries(resgrad_static INTERFACE $<INSTALL_INTERFACE:${_l}>)
   endforeach()
 endif()
-# rg_data's prefetch worker is a POSIX thread. As for OpenMP, the installed static
-# target names the flag or library plainly (glibc 2.34 and later need none).
+# The CPU backend's pool and rg_data's prefetch worker are POSIX threads. The installed
+# static target names the flag or library plainly (glibc 2.34 and later need none).
 find_package(Threads REQUIRED)
 target_link_libraries(resgrad PRIVATE Threads::Threads)
 target_link_libraries(resgrad_static PRIVATE $<BUILD_INTERFACE:Threads::Threads>)

@@ -58,6 +58,19 @@ if(RG_BUILD_TESTS)
     set_tests_properties(${_t} PROPERTIES
       SKIP_RETURN_CODE 77 TIMEOUT ${RG_TEST_TIMEOUT} ENVIRONMENT "${_rg_test_env}")
   endforeach()
+
+  # The CPU kernels' row functions have one table per instruction set (src/cpu/vec.h),
+  # chosen at run time: the CPU reference tests run once more with each narrower table
+  # forced (a table the CPU lacks falls back to the best it has).
+  foreach(_isa portable avx2)
+    foreach(_t test_ops test_nn)
+      set(_wd "${PROJECT_BINARY_DIR}/tests/${_t}_${_isa}")
+      file(MAKE_DIRECTORY "${_wd}")
+      add_test(NAME ${_t}_${_isa} COMMAND ${_t} WORKING_DIRECTORY "${_wd}")
+      set_tests_properties(${_t}_${_isa} PROPERTIES SKIP_RETURN_CODE 77
+        TIMEOUT ${RG_TEST_TIMEOUT} ENVIRONMENT "${_rg_test_env};RG_CPU_ISA=${_isa}")
+    endforeach()
+  endforeach()
 endif()
 
 # The installed programs run with an empty LD_LIBRARY_PATH (their install RPATH): the

@@ -2,7 +2,7 @@
 #
 # The prefix is filled in at install time, not configure time, so that
 # `cmake --install build --prefix DIR` gets a .pc naming DIR. Libs.private lists what a
-# static link needs (`pkg-config --static --libs resgrad`): the BLAS, the OpenMP runtime,
+# static link needs (`pkg-config --static --libs resgrad`): the BLAS, the threads library,
 # cudart, cuBLASLt and libstdc++ (CUDA builds) and libm, as -l flags (plus -L for directories the compiler does not search itself).
 
 set(_pc_libs "")
@@ -29,12 +29,7 @@ if(RG_HAVE_CBLAS)
     _rg_pc_add_lib("${_l}")
   endforeach()
 endif()
-if(RG_HAVE_OPENMP)
-  foreach(_l ${OpenMP_C_LIBRARIES})
-    _rg_pc_add_lib("${_l}")
-  endforeach()
-endif()
-if(CMAKE_THREAD_LIBS_INIT) # rg_data's worker thread
+if(CMAKE_THREAD_LIBS_INIT) # the CPU backend's pool, rg_data's worker thread
   _rg_pc_add_lib("${CMAKE_THREAD_LIBS_INIT}")
 endif()
 if(RG_HAVE_CUDA)

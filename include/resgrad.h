@@ -13,9 +13,12 @@
  *    thread if the caller orders the hand-over (a mutex, a join). Two contexts share no
  *    mutable state and may be used from two threads at once (tests/test_threads.c, run
  *    under ThreadSanitizer by make tsan, on the CPU backend). rg_version and
- *    rg_status_str may be called from any thread. One thing is process-wide: with
- *    OpenBLAS the BLAS thread pool is one per process, and a CPU context sizes it from
- *    rg_options.threads only when no other CPU context is open.
+ *    rg_status_str may be called from any thread. A CPU context owns a pool of threads
+ *    for its kernels (rg_options.threads), started by rg_open and joined by rg_close;
+ *    idle, they sleep. One thing is process-wide: with OpenBLAS the BLAS thread pool is
+ *    one per process; a CPU context opened while no other is open sets it to one thread,
+ *    and splits its products over its own pool instead, so that one pool computes and
+ *    the two never contend for cores.
  *  - Functions returning rg_status return RG_OK or a negative code; the message is
  *    available from rg_errmsg (sticky: the first error since rg_clear_error).
  *  - Functions returning rg_tensor return RG_NONE on error and set the sticky error.
@@ -105,7 +108,10 @@ typedef struct rg_options {
                               queue, not the pass: see max_pass_nodes */
   uint64_t seed;           /* parameter init and dropout; 0 (default) means seed 0
                               (deterministic) */
-  int threads;             /* CPU threads for kernels; 0 (default): all cores */
+  int threads;             /* CPU threads for kernels, the caller's included; 0
+                              (default): RG_THREADS if set, else OMP_NUM_THREADS, else
+                              every core this process may run on (those two capped by
+                              OMP_THREAD_LIMIT). Results are the same for any count */
   int quiet;               /* 1: no notices on stderr (e.g. the AUTO->CPU fallback);
                               0 (default): notices */
   int trace;               /* 1: print each drained node (op, shape, label) on stderr;
@@ -1090,8 +1096,11 @@ typedef struct rg_stats {
                                            the sum of each pool's high-water mark */
 } rg_stats;
 
-/* Env RG_PROFILE=1 (CUDA only): drains run without graphs, each node timed by CUDA
-   events, and rg_close prints device time per op on stderr. */
+/* Env RG_PROFILE=1: each node is timed and rg_close prints a table of time per op on
+   stderr (calls, total ms, mean us, share), the most expensive first, over every drain but
+   the context's first two. CUDA: drains run without graphs, each node timed by CUDA events
+   (device time). CPU: each kernel timed by the host's monotonic clock (wall time, threads
+   included). */
 
 /* Copies the counters into *out. Not a barrier. rg_stats_reset zeroes every counter and
    restarts the pool peaks from the bytes held now. Neither touches the device. */

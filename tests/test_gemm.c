@@ -7,7 +7,8 @@
  * 128x64x96 and others), with leading dimensions equal to and larger than the row length.
  * Padding between rows holds NaN in A and B (reading it would poison a result) and a
  * sentinel in C (writing it is caught). With accumulate off, C starts as NaN (it must
- * not be read). The built-in GEMM must give bit-identical results for 1, 2 and 3 threads.
+ * not be read). The built-in GEMM must give bit-identical results for 1, 2 and 3 threads
+ * of a CPU pool (src/cpu/pool.h) made current for the whole test, as a drain makes it.
  *
  * Tolerance: each element's error is divided by sum_k |a_ik b_kj| (+ |c_ij| when
  * accumulating), the scale of any float summation; a float sum of K products in any
@@ -119,6 +120,10 @@ static const int64_t sizes[][3] = {
 };
 
 int main(void) {
+  char why[160];
+  rg_cpu_pool *pool = rg_cpu_pool_new(3, why, sizeof why);
+  CHECK(pool != NULL, "rg_cpu_pool_new(3): %s", why);
+  rg_cpu_pool_use(pool);
   gemm_fn fns[2] = {rg_cpu_gemm, rg_cpu_gemm_builtin};
   const char *names[2] = {"rg_cpu_gemm", "rg_cpu_gemm_builtin"};
   for (int fi = 0; fi < 2; fi++) {
@@ -168,5 +173,7 @@ int main(void) {
   rg_cpu_gemm(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, 0, 2);
   rg_cpu_gemm(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, 0, 2);
   CHECK(C[0] == SENTINEL && C[3] == SENTINEL, "an empty GEMM wrote into C");
+  rg_cpu_pool_use(NULL);
+  rg_cpu_pool_free(pool);
   return finish();
 }

@@ -581,8 +581,8 @@ static void test_learn_reverse(void) {
   printf("learn: a GPT (L=2, C=64, H=4) reverses %d digits; AdamW lr 3e-3, batch %d, until "
          "the mean loss of 20 steps < %.2f (at most %d steps)\n", NDIG, B, threshold,
          MAX_STEPS);
-  /* One thread: on a loaded 2-core machine (ctest -j, other jobs) OpenMP's spinning
-     threads made a step 4x slower than one thread (230 vs 940 ms at load 14). */
+  /* One thread: the model is small, and on a loaded 2-core machine (ctest -j, other
+     jobs) a second thread only waits for a core. */
   rg_ctx *ctx = open_cpu_threads(5, 1);
   rg_gpt *g = rg_gpt_new(ctx, &c, NULL);
   rg_optim *opt = rg_optim_adamw(ctx, &(rg_adamw_options){.lr = 3e-3f});

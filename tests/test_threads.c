@@ -6,8 +6,8 @@
  * AdamW with clipping) in its own CPU context for a few steps from its own seed, then
  * saving and reloading a checkpoint, give bit-identical losses and weights when run one
  * after another and when run all at once in NJOBS threads (started together behind a
- * barrier, twice over). Sizes are above the kernels' OpenMP thresholds and each context
- * asks for 2 threads, so concurrent contexts also run their own OpenMP teams and BLAS
+ * barrier, twice over). Sizes are above the kernels' parallel thresholds and each context
+ * asks for 2 threads, so concurrent contexts also run their own thread pools and BLAS
  * calls. (One thread count for all: OpenBLAS's is process-wide and, on some CPUs, its
  * products depend on it; this test is about concurrency, not thread counts.) Different
  * seeds must give different runs (the comparison means something), and the loss must

@@ -262,9 +262,9 @@ int main(void) {
     fprintf(stderr, "cannot make a temporary folder %s\n", dir);
     return 1;
   }
-  /* The checks that fork come first, before this process has started OpenMP's threads:
-     a child forked after that inherits a thread pool whose threads it lacks, and LLVM's
-     OpenMP runtime (make tsan) then fails in the child's exit. */
+  /* The checks that fork come first, before this process has opened a context with more
+     than one thread: a child forked while another thread runs may inherit a lock that
+     thread held, and ThreadSanitizer's runtime (make tsan) reports such forks. */
   no_close(0);
   no_close(1);
   write_fails();

@@ -488,6 +488,21 @@ extern const rg_opinfo rg_optab[RG_OP_COUNT];
    error instead: RG_ERR_MISUSE, naming the op. */
 void rg__backward_rule(rg_ctx *ctx, const rg_node *n, const uint32_t *g, uint32_t *gin);
 
+/* --- RG_PROFILE=1 (profile.c): time per op, kept by the backend that times its nodes ---
+   A backend holds an rg_profile when rg__profile_wanted() said so at open, asks
+   rg__profile_counts at the end of each drain whether it counts (the first RG_PROFILE_SKIP
+   do not), adds each node's time with rg__profile_add, and prints the table at close;
+   clock names what was timed ("device time", "CPU time"). */
+#define RG_PROFILE_SKIP 2
+typedef struct rg_profile {
+  double ms[RG_OP_COUNT];
+  long long calls[RG_OP_COUNT], drains, seen;
+} rg_profile;
+bool rg__profile_wanted(void);
+bool rg__profile_counts(rg_profile *p);
+void rg__profile_add(rg_profile *p, int op, double ms);
+void rg__profile_print(const rg_profile *p, const char *clock); /* nothing if no drain counted */
+
 /* --- activation checkpointing (recompute.c): rg_backward's hooks --- */
 /* Before the rule of node k, which has gradients to pass on: when the rule would read a
    tensor its region gave back, records that region's recomputation (the region before it

@@ -9,6 +9,7 @@
  * same way in both passes, so no T x S mask is made either.
  */
 #include "rows.h"
+#include "vec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -106,17 +107,12 @@ static inline float attn_mask(const attn_dims *a, const attn_io *io, int64_t bh,
   return io->bias[b * io->bst[0] + bh % a->H * io->bst[1] + t * io->bst[2] + s * io->bst[3]];
 }
 
-static inline float dotf(const float *a, const float *b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
 /* Score (bh, t, j) of q against key row kr: scale q.k, plus the masks' term when the
    call has masks (io->kp or io->bias). The backward rebuilds the forward's bit for bit. */
-static inline float attn_score(const attn_dims *a, const attn_io *io, const float *q,
-                               const float *kr, int64_t bh, int64_t t, int64_t j) {
-  float s = dotf(q, kr, a->D) * a->scale;
+static inline float attn_score(const attn_dims *a, const attn_io *io, const rg_vec_ops *vo,
+                               const float *q, const float *kr, int64_t bh, int64_t t,
+                               int64_t j) {
+  float s = vo->dot(q, kr, a->D) * a->scale;
   if (io->kp || io->bias) s += attn_mask(a, io, bh, t, j);
   return s;
 }
@@ -125,34 +121,28 @@ static inline float attn_score(const attn_dims *a, const attn_io *io, const floa
    log-sum-exp, which the backward pass uses to rebuild the same probabilities one key at
    a time. A row whose every score is -inf (masked) sees no key: p = 0, and 0 is
    returned, so the backward's exp(score - 0) is 0 for every key too. */
-static float attn_probs(const attn_dims *a, const attn_io *io, const float *q,
-                        const float *K, float *p, int64_t bh, int64_t t, int64_t ns) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < ns; j++) {
-    p[j] = attn_score(a, io, q, K + j * a->k.sr, bh, t, j);
-    m = p[j] > m ? p[j] : m;
-  }
+static float attn_probs(const attn_dims *a, const attn_io *io, const rg_vec_ops *vo,
+                        const float *q, const float *K, float *p, int64_t bh, int64_t t,
+                        int64_t ns) {
+  for (int64_t j = 0; j < ns; j++) p[j] = attn_score(a, io, vo, q, K + j * a->k.sr, bh, t, j);
+  float m = vo->max(p, ns);
   if (m == -INFINITY && (io->kp || io->bias)) {
     memset(p, 0, (size_t)ns * sizeof(float));
     return 0.f;
   }
-  double s = 0;
-  for (int64_t j = 0; j < ns; j++) s += expf(p[j] - m);
-  float lse = m + (float)log(s);
-  for (int64_t j = 0; j < ns; j++) p[j] = expf(p[j] - lse);
-  return lse;
+  double s = vo->exp_sum(p, m, p, ns);
+  float inv = (float)(1.0 / s);
+  for (int64_t j = 0; j < ns; j++) p[j] *= inv;
+  return m + (float)log(s);
 }
 
-static void attn_fwd_row(const attn_dims *a, const attn_io *io, const float *q,
-                         const float *K, const float *V, float *o, float *lse, float *p,
-                         int64_t bh, int64_t t) {
+/* o = sum_j p_j v_j, the keys' weights summed in key order for each column. */
+static void attn_fwd_row(const attn_dims *a, const attn_io *io, const rg_vec_ops *vo,
+                         const float *q, const float *K, const float *V, float *o,
+                         float *lse, float *p, int64_t bh, int64_t t) {
   int64_t ns = attn_keys(a, t);
-  *lse = ns ? attn_probs(a, io, q, K, p, bh, t, ns) : 0.f; /* 0: finite for check_finite */
-  memset(o, 0, (size_t)a->D * sizeof(float));
-  for (int64_t j = 0; j < ns; j++) {
-    const float *v = V + j * a->k.sr;
-    for (int64_t d = 0; d < a->D; d++) o[d] += p[j] * v[d];
-  }
+  *lse = ns ? attn_probs(a, io, vo, q, K, p, bh, t, ns) : 0.f; /* 0: finite for check_finite */
+  vo->wsum(o, p, V, a->k.sr, ns, a->D, 0);
 }
 
 /* Per-thread scratch of `per` floats; NULL (and k->msg set) when memory ran out. */
@@ -160,6 +150,28 @@ static float *thread_scratch(rg_kargs *k, int nt, int64_t per) {
   float *s = rg__malloc(k->ctx, (size_t)nt * (size_t)(per ? per : 1) * sizeof(float));
   if (!s) snprintf(k->msg, k->msgcap, "out of host memory for attention scratch");
   return s;
+}
+
+/* What the forward and backward hand their bodies. scratch holds per thread slot one row
+   of S floats (forward) or two (backward). */
+typedef struct {
+  const attn_dims *a;
+  const attn_io *io;
+  const rg_vec_ops *vo;
+  float *scratch, *delta;
+} attn_job;
+
+static void attn_fwd_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  float *p = j->scratch + (int64_t)slot * a->S;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->T, t = r % a->T, kv = attn_head(a, &a->k, bh);
+    attn_fwd_row(a, io, j->vo, io->q + attn_head(a, &a->q, bh) + t * a->q.sr, io->k + kv,
+                 io->v + kv, io->o + attn_head(a, &a->o, bh) + t * a->o.sr, io->lse + r, p, bh,
+                 t);
+  }
 }
 
 /* Both forward ops: one query row per iteration. */
@@ -193,19 +205,8 @@ static rg_status attn_forward(rg_kargs *k) {
   }
   float *scratch = thread_scratch(k, nt, a.S);
   if (!scratch) return RG_ERR_OOM;
-  bool par = rows * a.S * a.D > PAR_MIN;
-  (void)par; /* read only by OpenMP pragmas */
-#pragma omp parallel num_threads(nt) if(par)
-  {
-    float *p = scratch + (int64_t)thread_id() * a.S;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
-      attn_fwd_row(&a, &io, io.q + attn_head(&a, &a.q, bh) + t * a.q.sr, io.k + kv,
-                   io.v + kv, io.o + attn_head(&a, &a.o, bh) + t * a.o.sr, io.lse + r, p, bh,
-                   t);
-    }
-  }
+  rg_cpu_for(rows, rows * a.S * a.D > PAR_MIN ? nt : 1, attn_fwd_range,
+             &(attn_job){&a, &io, rg_cpu_vec(), scratch, NULL});
   rg__free(k->ctx, scratch);
   return RG_OK;
 }
@@ -217,44 +218,83 @@ rg_status rg_cpu_attention_qkv(rg_kargs *k) { return attn_forward(k); }
    delta = sum_j p_j g.v_j (= g.o), p_j = exp(scale q.k_j - lse) from the forward's lse.
    delta is saved so pass 2 can rebuild p and ds one key at a time. p and dp are S-float
    scratch rows. */
-static void attn_bwd_query(const attn_dims *a, const attn_io *io, const float *q,
-                           const float *K, const float *V, const float *g, float *dq,
-                           float *p, float *dp, int64_t bh, int64_t t, float lse,
+static void attn_bwd_query(const attn_dims *a, const attn_io *io, const rg_vec_ops *vo,
+                           const float *q, const float *K, const float *V, const float *g,
+                           float *dq, float *p, float *dp, int64_t bh, int64_t t, float lse,
                            float *delta) {
   int64_t ns = attn_keys(a, t);
-  double dl = 0;
   for (int64_t j = 0; j < ns; j++) {
-    p[j] = expf(attn_score(a, io, q, K + j * a->k.sr, bh, t, j) - lse);
-    dp[j] = dotf(g, V + j * a->k.sr, a->D);
-    dl += (double)p[j] * dp[j];
+    p[j] = attn_score(a, io, vo, q, K + j * a->k.sr, bh, t, j);
+    dp[j] = vo->dot(g, V + j * a->k.sr, a->D);
   }
+  vo->exp_sum(p, lse, p, ns);
+  double dl = 0;
+  for (int64_t j = 0; j < ns; j++) dl += (double)p[j] * dp[j];
   *delta = (float)dl;
   if (!dq) return;
-  memset(dq, 0, (size_t)a->D * sizeof(float));
-  for (int64_t j = 0; j < ns; j++) {
-    float ds = p[j] * (dp[j] - *delta) * a->scale;
-    const float *kr = K + j * a->k.sr;
-    for (int64_t d = 0; d < a->D; d++) dq[d] += ds * kr[d];
-  }
+  for (int64_t j = 0; j < ns; j++) dp[j] = p[j] * (dp[j] - *delta) * a->scale;
+  vo->wsum(dq, dp, K, a->k.sr, ns, a->D, 0);
 }
+
+/* Queries pass 2 takes at a time: their p and ds live on the stack. */
+#define KEY_BLOCK 64
 
 /* Pass 2, one key row: dk = scale sum_t ds_t q_t and dv = sum_t p_t g_t over the queries
    that see this key (t >= s when causal); Q and G are query 0 of the head. Either output
-   may be unwanted (NULL). */
-static void attn_bwd_key(const attn_dims *a, const attn_io *io, const float *Q,
-                         const float *k, const float *v, const float *G, const float *lse,
-                         const float *delta, float *dk, float *dv, int64_t bh, int64_t s) {
+   may be unwanted (NULL). Blocks of KEY_BLOCK queries, in query order: each block's p and
+   ds first, then its sums into dk and dv, so every element sums in query order. */
+static void attn_bwd_key(const attn_dims *a, const attn_io *io, const rg_vec_ops *vo,
+                         const float *Q, const float *k, const float *v, const float *G,
+                         const float *lse, const float *delta, float *dk, float *dv,
+                         int64_t bh, int64_t s) {
+  float p[KEY_BLOCK], ds[KEY_BLOCK];
+  int64_t t0 = a->causal ? s : 0;
   if (dk) memset(dk, 0, (size_t)a->D * sizeof(float));
   if (dv) memset(dv, 0, (size_t)a->D * sizeof(float));
-  for (int64_t t = a->causal ? s : 0; t < a->T; t++) {
-    const float *q = Q + t * a->q.sr, *g = G + t * a->o.sr;
-    float p = expf(attn_score(a, io, q, k, bh, t, s) - lse[t]);
-    if (dk) {
-      float ds = p * (dotf(g, v, a->D) - delta[t]) * a->scale;
-      for (int64_t d = 0; d < a->D; d++) dk[d] += ds * q[d];
+  for (; t0 < a->T; t0 += KEY_BLOCK) {
+    int64_t nb = min64(KEY_BLOCK, a->T - t0);
+    for (int64_t i = 0; i < nb; i++) {
+      int64_t t = t0 + i;
+      p[i] = attn_score(a, io, vo, Q + t * a->q.sr, k, bh, t, s) - lse[t];
     }
-    if (dv)
-      for (int64_t d = 0; d < a->D; d++) dv[d] += p * g[d];
+    vo->exp_sum(p, 0.f, p, nb);
+    if (dk) {
+      for (int64_t i = 0; i < nb; i++) {
+        int64_t t = t0 + i;
+        ds[i] = p[i] * (vo->dot(G + t * a->o.sr, v, a->D) - delta[t]) * a->scale;
+      }
+      vo->wsum(dk, ds, Q + t0 * a->q.sr, a->q.sr, nb, a->D, 1);
+    }
+    if (dv) vo->wsum(dv, p, G + t0 * a->o.sr, a->o.sr, nb, a->D, 1);
+  }
+}
+
+/* Pass 1 over query rows [lo, hi). */
+static void attn_bwd_query_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  float *p = j->scratch + (int64_t)slot * 2 * a->S, *dp = p + a->S;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->T, t = r % a->T, kv = attn_head(a, &a->k, bh);
+    int64_t qo = attn_head(a, &a->q, bh) + t * a->q.sr;
+    attn_bwd_query(a, io, j->vo, io->q + qo, io->k + kv, io->v + kv,
+                   io->g + attn_head(a, &a->o, bh) + t * a->o.sr, io->dq ? io->dq + qo : NULL,
+                   p, dp, bh, t, io->lse[r], j->delta + r);
+  }
+}
+
+/* Pass 2 over key rows [lo, hi). */
+static void attn_bwd_key_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const attn_job *j = arg;
+  const attn_dims *a = j->a;
+  const attn_io *io = j->io;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t bh = r / a->S, s = r % a->S, ko = attn_head(a, &a->k, bh) + s * a->k.sr;
+    attn_bwd_key(a, io, j->vo, io->q + attn_head(a, &a->q, bh), io->k + ko, io->v + ko,
+                 io->g + attn_head(a, &a->o, bh), io->lse + bh * a->T, j->delta + bh * a->T,
+                 io->dk ? io->dk + ko : NULL, io->dv ? io->dv + ko : NULL, bh, s);
   }
 }
 
@@ -268,31 +308,10 @@ static rg_status attn_backward(rg_kargs *k) {
   /* per thread a p and a dp row, then delta per query row */
   float *scratch = thread_scratch(k, 1, (int64_t)nt * 2 * a.S + qrows);
   if (!scratch) return RG_ERR_OOM;
-  const float *lse = io.lse;
-  float *delta = scratch + (int64_t)nt * 2 * a.S;
-  bool par = qrows * a.S * a.D > PAR_MIN;
-  (void)par; /* read only by OpenMP pragmas */
-#pragma omp parallel num_threads(nt) if(par)
-  {
-    float *p = scratch + (int64_t)thread_id() * 2 * a.S, *dp = p + a.S;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < qrows; r++) {
-      int64_t bh = r / a.T, t = r % a.T, kv = attn_head(&a, &a.k, bh);
-      int64_t qo = attn_head(&a, &a.q, bh) + t * a.q.sr;
-      attn_bwd_query(&a, &io, io.q + qo, io.k + kv, io.v + kv,
-                     io.g + attn_head(&a, &a.o, bh) + t * a.o.sr, io.dq ? io.dq + qo : NULL,
-                     p, dp, bh, t, lse[r], delta + r);
-    }
-  }
-  if (io.dk || io.dv) {
-#pragma omp parallel for num_threads(nt) if(par) schedule(static)
-    for (int64_t r = 0; r < krows; r++) {
-      int64_t bh = r / a.S, s = r % a.S, ko = attn_head(&a, &a.k, bh) + s * a.k.sr;
-      attn_bwd_key(&a, &io, io.q + attn_head(&a, &a.q, bh), io.k + ko, io.v + ko,
-                   io.g + attn_head(&a, &a.o, bh), lse + bh * a.T, delta + bh * a.T,
-                   io.dk ? io.dk + ko : NULL, io.dv ? io.dv + ko : NULL, bh, s);
-    }
-  }
+  attn_job j = {&a, &io, rg_cpu_vec(), scratch, scratch + (int64_t)nt * 2 * a.S};
+  int par = qrows * a.S * a.D > PAR_MIN ? nt : 1;
+  rg_cpu_for(qrows, par, attn_bwd_query_range, &j);
+  if (io.dk || io.dv) rg_cpu_for(krows, par, attn_bwd_key_range, &j);
   rg__free(k->ctx, scratch);
   return RG_OK;
 }

@@ -3,14 +3,14 @@
  * runs each node's kernel in program order. It is the reference every other backend is
  * compared against.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "cpu.h"
+#include "pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <time.h>
 #ifdef RG_HAVE_OPENBLAS
 #include <pthread.h>
 #endif
@@ -23,42 +23,63 @@ static const rg_cpu_fn kernels[] = {
 };
 _Static_assert(sizeof kernels / sizeof kernels[0] == RG_OP_COUNT, "every op has a CPU kernel");
 
-static int threads_of(rg_ctx *ctx) {
-  if (ctx->opt.threads > 0) return ctx->opt.threads;
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 #ifdef RG_HAVE_OPENBLAS
 void openblas_set_num_threads(int n);
-/* OpenBLAS has one thread pool per process. Left alone it runs one spinning thread per
-   core whatever rg_options.threads says (a 1-thread training run spent a third of its
-   time in the kernel), so a context sizes it, but only when it is the only CPU context
-   open: resizing races with BLAS calls in other threads (and, in OpenBLAS 0.3.21, with
-   another resize). A context opened while others are open keeps the size they use. */
+/* The context's pool is the only one that computes: OpenBLAS runs on the thread that
+   calls it (matmul.c splits a product over the pool's threads, by the product's shape, so
+   results do not depend on the thread count). Left alone it keeps a pool of its own, one
+   thread per core, that spins after each call while the context's threads need those
+   cores. It has one pool per process and resizing it races with BLAS calls in other
+   threads (and, in OpenBLAS 0.3.21, with another resize), so the first CPU context opened
+   while none is open sets it to one thread. */
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static int blas_users; /* open CPU contexts */
 #endif
 
+/* The backend's state: the context's threads, and RG_PROFILE's table when wanted. */
+typedef struct cpu_state {
+  rg_cpu_pool *pool;
+  int threads;
+  bool profiled;
+  rg_profile prof;
+} cpu_state;
+static rg_profile *prof_of(rg_ctx *ctx) {
+  cpu_state *s = ctx->be_state;
+  return s->profiled ? &s->prof : NULL;
+}
+
 static rg_status cpu_open(rg_ctx *ctx) {
-  snprintf(ctx->devname, sizeof ctx->devname, "cpu (%d threads)", threads_of(ctx));
+  int threads = ctx->opt.threads > 0 ? ctx->opt.threads : rg_cpu_default_threads();
+  cpu_state *s = rg__calloc(ctx, 1, sizeof *s);
+  if (!s) return rg__fail(ctx, RG_ERR_OOM, "rg_open", "out of host memory for the CPU backend");
+  char why[160];
+  s->pool = rg_cpu_pool_new(threads, why, sizeof why);
+  if (!s->pool) {
+    rg__free(ctx, s);
+    return rg__fail(ctx, RG_ERR_OOM, "rg_open", "%s", why);
+  }
+  s->threads = threads;
+  s->profiled = rg__profile_wanted();
+  ctx->be_state = s;
+  snprintf(ctx->devname, sizeof ctx->devname, "cpu (%d threads)", threads);
 #ifdef RG_HAVE_OPENBLAS
   pthread_mutex_lock(&blas_lock);
-  if (blas_users++ == 0) openblas_set_num_threads(threads_of(ctx));
+  if (blas_users++ == 0) openblas_set_num_threads(1);
   pthread_mutex_unlock(&blas_lock);
 #endif
-  ctx->be_state = ctx; /* no state of its own; non-NULL marks "open" */
   return RG_OK;
 }
 static void cpu_close(rg_ctx *ctx) {
+  cpu_state *s = ctx->be_state;
+  if (!s) return;
 #ifdef RG_HAVE_OPENBLAS
   pthread_mutex_lock(&blas_lock);
   blas_users--;
   pthread_mutex_unlock(&blas_lock);
 #endif
+  if (s->profiled) rg__profile_print(&s->prof, "CPU time (wall clock)");
+  rg_cpu_pool_free(s->pool);
+  rg__free(ctx, s);
   ctx->be_state = NULL;
 }
 
@@ -103,6 +124,12 @@ int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_
   return off;
 }
 
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
 /* check_finite: the first NaN or Inf among a node's float outputs. */
 static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
   for (int j = 0; j < k->node->nout; j++) {
@@ -127,13 +154,27 @@ static rg_status check_finite(const rg_kargs *k, char *msg, size_t msgcap) {
    output is computed in F32 and rounded once (to nearest even), so a BF16 result is the
    F32 one rounded. The in-place ops' targets are F32, never copied. k is as given again
    on return. */
+typedef struct {
+  uint16_t *h;
+  float *w;
+} widen_job;
+static void widen_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const widen_job *j = a;
+  (void)slot;
+  for (int64_t e = lo; e < hi; e++) j->w[e] = rg_bf16_to_f32(j->h[e]);
+}
+static void round_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const widen_job *j = a;
+  (void)slot;
+  for (int64_t e = lo; e < hi; e++) j->h[e] = rg_f32_to_bf16(j->w[e]);
+}
+
 static rg_status run_widened(rg_cpu_fn fn, rg_kargs *k) {
   enum { N = RG_MAX_IN + RG_MAX_OUT };
   float *tmp[N];
   rg_tv *tv[N], saved[N];
   bool out[N];
-  int n = 0, nt = k->threads > 0 ? k->threads : 1;
-  (void)nt; /* read only by OpenMP pragmas */
+  int n = 0, nt = nthreads(k);
   rg_status st = RG_OK;
   for (int j = 0; j < N && st == RG_OK; j++) {
     rg_tv *v = j < RG_MAX_IN ? &k->in[j] : &k->out[j - RG_MAX_IN];
@@ -146,23 +187,16 @@ static rg_status run_widened(rg_cpu_fn fn, rg_kargs *k) {
       break;
     }
     saved[n] = *v, tv[n] = v, tmp[n] = w, out[n] = j >= RG_MAX_IN;
-    const uint16_t *h = v->p;
-    if (!out[n]) {
-#pragma omp parallel for num_threads(nt) if(v->n > WIDEN_PAR_MIN) schedule(static)
-      for (int64_t e = 0; e < v->n; e++) w[e] = rg_bf16_to_f32(h[e]);
-    }
+    if (!out[n]) rg_cpu_for(v->n, v->n > WIDEN_PAR_MIN ? nt : 1, widen_range, &(widen_job){v->p, w});
     v->p = w, v->dtype = RG_F32;
     n++;
   }
   if (st == RG_OK) st = fn(k);
   for (int i = 0; i < n; i++) {
     *tv[i] = saved[i];
-    uint16_t *h = saved[i].p;
-    const float *w = tmp[i];
-    if (st == RG_OK && out[i]) {
-#pragma omp parallel for num_threads(nt) if(saved[i].n > WIDEN_PAR_MIN) schedule(static)
-      for (int64_t e = 0; e < saved[i].n; e++) h[e] = rg_f32_to_bf16(w[e]);
-    }
+    if (st == RG_OK && out[i])
+      rg_cpu_for(saved[i].n, saved[i].n > WIDEN_PAR_MIN ? nt : 1, round_range,
+                 &(widen_job){saved[i].p, tmp[i]});
     rg__free(k->ctx, tmp[i]);
   }
   return st;
@@ -179,32 +213,39 @@ static bool has_bf16(const rg_kargs *k) {
 static rg_status cpu_execute(rg_ctx *ctx, size_t first, size_t last, size_t *failed,
                              rg_status *soft, char *msg, size_t msgcap, rg_readback *rb) {
   rg_kargs k;
-  int threads = threads_of(ctx);
-  for (size_t i = first; i < last; i++) {
+  cpu_state *s = ctx->be_state;
+  rg_profile *prof = prof_of(ctx);
+  bool timed = prof && rg__profile_counts(prof); /* not the first drains (profile.c) */
+  rg_cpu_pool *outer = rg_cpu_pool_use(s->pool); /* the kernels' rg_cpu_for */
+  rg_status st = RG_OK;
+  for (size_t i = first; i < last && st == RG_OK; i++) {
     const rg_node *n = &ctx->nodes[i];
     memset(&k, 0, sizeof k);
     k.ctx = ctx;
     k.node = n;
-    k.threads = threads;
+    k.threads = s->threads;
     k.msg = msg;
     k.msgcap = msgcap;
     for (int j = 0; j < n->nin; j++) rg__tv(ctx, n->in[j], &k.in[j]);
     for (int j = 0; j < n->nout; j++) rg__tv(ctx, n->out[j], &k.out[j]);
-    double ts = ctx->trace ? rg__trace_now(ctx) : 0;
-    rg_status st = !(rg_optab[n->op].flags & RG_F_BF16) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
-                                                        : kernels[n->op](&k);
+    double ts = ctx->trace ? rg__trace_now(ctx) : 0, t0 = timed ? now_ms() : 0;
+    st = !(rg_optab[n->op].flags & RG_F_BF16) && has_bf16(&k) ? run_widened(kernels[n->op], &k)
+                                                               : kernels[n->op](&k);
+    if (timed) rg__profile_add(prof, n->op, now_ms() - t0);
     if (ctx->trace) rg__trace_op(ctx, i, ts, rg__trace_now(ctx) - ts);
     ctx->st.launches++;
     if (st == RG_OK && ctx->opt.check_finite) st = check_finite(&k, msg, msgcap);
     if (st != RG_OK) {
       *failed = i;
-      return st;
+      break;
     }
     if (k.soft != RG_OK && *soft == RG_OK) {
       *soft = k.soft;
       *failed = i;
     }
   }
+  rg_cpu_pool_use(outer);
+  if (st != RG_OK) return st;
   if (rb) {
     memcpy(rb->dst, rb->src, rb->bytes);
     rb->done = true;

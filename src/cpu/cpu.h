@@ -4,18 +4,24 @@
  * A kernel gets validated views (rg_kargs) and returns RG_OK, or a status with the reason
  * in k->msg (the core prefixes the op's name and label). Kernels never allocate tensors;
  * scratch comes from the stack or rg__malloc(k->ctx, ...) and is freed before return.
- * OpenMP splits rows with num_threads(k->threads); results do not depend on the thread
- * count (each output element is written by one thread, reductions in a fixed order).
- * The exception: with a CBLAS (RG_HAVE_CBLAS) matrix products are the BLAS's, which may
- * round differently for another thread count; the built-in GEMM does not.
+ * rg_cpu_for (pool.h) splits rows over the context's threads (at most k->threads); results
+ * do not depend on the thread count (each output element is written by one thread,
+ * reductions in a fixed order).
+ * Matrix products are cut into blocks by their shape alone (matmul.c), each block one
+ * call of the built-in GEMM or, with a CBLAS (RG_HAVE_CBLAS), of the BLAS on one thread:
+ * OpenBLAS is set so (backend.c); another BLAS that threads a call itself may round
+ * differently for another thread count.
  */
 #ifndef RG_CPU_H
 #define RG_CPU_H
 
 #include "../core/internal.h"
+#include "pool.h"
 
 /* The threads a kernel may use (k->threads, at least 1). */
 static inline int nthreads(const rg_kargs *k) { return k->threads > 0 ? k->threads : 1; }
+/* The thread bound for rg_cpu_for: all of them when the work is big enough, else one. */
+static inline int par_threads(const rg_kargs *k, bool big) { return big ? nthreads(k) : 1; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #define RG_CPU_DECL(E, n, ...) rg_status rg_cpu_##n(rg_kargs *k);

@@ -11,6 +11,7 @@
  *    written so that a NaN input falls through to the NaN-producing branch).
  */
 #include "cpu.h"
+#include "vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,6 +30,16 @@ rg_status rg_cpu_upload(rg_kargs *k) {
   return RG_OK;
 }
 
+typedef struct {
+  float *p;
+  float v;
+} fill_job;
+static void fill_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const fill_job *j = a;
+  (void)slot;
+  for (int64_t i = lo; i < hi; i++) j->p[i] = j->v;
+}
+
 rg_status rg_cpu_fill(rg_kargs *k) {
   const rg_tv *o = &k->out[0];
   float v = k->node->f[0];
@@ -42,9 +53,7 @@ rg_status rg_cpu_fill(rg_kargs *k) {
     int32_t *p = o->p;
     for (int64_t i = 0; i < o->n; i++) p[i] = iv;
   } else {
-    float *p = o->p;
-#pragma omp parallel for num_threads(nthreads(k)) if(o->n > 4 * EW_CHUNK) schedule(static)
-    for (int64_t i = 0; i < o->n; i++) p[i] = v;
+    rg_cpu_for(o->n, par_threads(k, o->n > 4 * EW_CHUNK), fill_range, &(fill_job){o->p, v});
   }
   return RG_OK;
 }
@@ -71,43 +80,70 @@ static bool is_trailing_vector(const rg_tv *v, const rg_tv *out) {
          v->n == out->dims[out->ndim - 1];
 }
 
-static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
-                     int64_t n, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-#pragma omp parallel for num_threads(threads) if(nchunk > 1) schedule(static)
-  for (int64_t c = 0; c < nchunk; c++) {
-    int64_t lo = c * EW_CHUNK;
-    bin_span(op, a + lo * sa, sa, b + lo * sb, sb, o + lo, min64(EW_CHUNK, n - lo));
+/* What the binary forms below hand their bodies. */
+typedef struct {
+  int op;
+  const float *a, *b; /* bin_rowvec: a the full operand, b the vector */
+  int64_t sa, sb;     /* element strides (bin_flat) */
+  float *o;
+  int64_t n, C;
+  bool v_first;
+  const rg_tv *ta, *tb, *to; /* bin_general */
+  const int64_t *bsa, *bsb;
+} bin_job;
+
+static void bin_flat_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const bin_job *j = arg;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    int64_t e = c * EW_CHUNK;
+    bin_span(j->op, j->a + e * j->sa, j->sa, j->b + e * j->sb, j->sb, j->o + e,
+             min64(EW_CHUNK, j->n - e));
   }
 }
+static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
+                     int64_t n, int threads) {
+  int64_t nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+  rg_cpu_for(nchunk, threads, bin_flat_range,
+             &(bin_job){.op = op, .a = a, .sa = sa, .b = b, .sb = sb, .o = o, .n = n});
+}
 
+static void bin_rowvec_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const bin_job *j = arg;
+  int64_t C = j->C;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    if (j->v_first)
+      bin_span(j->op, j->b, 1, j->a + r * C, 1, j->o + r * C, C);
+    else
+      bin_span(j->op, j->a + r * C, 1, j->b, 1, j->o + r * C, C);
+  }
+}
 /* a full, v a trailing-axis vector; v_first says which side of op v is on. */
 static void bin_rowvec(int op, const float *full, const float *v, bool v_first, float *o,
                        int64_t rows, int64_t C, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-#pragma omp parallel for num_threads(threads) if(rows * C > EW_CHUNK) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    if (v_first)
-      bin_span(op, v, 1, full + r * C, 1, o + r * C, C);
-    else
-      bin_span(op, full + r * C, 1, v, 1, o + r * C, C);
-  }
+  rg_cpu_for(rows, rows * C > EW_CHUNK ? threads : 1, bin_rowvec_range,
+             &(bin_job){.op = op, .a = full, .b = v, .v_first = v_first, .o = o, .C = C});
 }
 
+static void bin_general_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const bin_job *j = arg;
+  const rg_tv *o = j->to;
+  const float *pa = j->ta->p, *pb = j->tb->p;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++)
+    bin_span(j->op, pa + rg_cpu_bcast_offset(o, 1, j->bsa, r), j->bsa[o->ndim - 1],
+             pb + rg_cpu_bcast_offset(o, 1, j->bsb, r), j->bsb[o->ndim - 1], j->o + r * j->C,
+             j->C);
+}
 static void bin_general(int op, const rg_tv *a, const rg_tv *b, const rg_tv *o, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
   rg_cpu_bcast_strides(a, o, 0, sa);
   rg_cpu_bcast_strides(b, o, 0, sb);
-  int64_t C = o->dims[o->ndim - 1], rows = o->n / C;
-  const float *pa = a->p, *pb = b->p;
-  float *po = o->p;
-#pragma omp parallel for num_threads(threads) if(o->n > EW_CHUNK) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    bin_span(op, pa + rg_cpu_bcast_offset(o, 1, sa, r), sa[o->ndim - 1], pb + rg_cpu_bcast_offset(o, 1, sb, r),
-             sb[o->ndim - 1], po + r * C, C);
-  }
+  int64_t C = o->dims[o->ndim - 1];
+  rg_cpu_for(o->n / C, o->n > EW_CHUNK ? threads : 1, bin_general_range,
+             &(bin_job){.op = op, .ta = a, .tb = b, .to = o, .bsa = sa, .bsb = sb,
+                        .o = o->p, .C = C});
 }
 
 static rg_status binary(rg_kargs *k, int op) {
@@ -143,18 +179,11 @@ rg_status rg_cpu_div(rg_kargs *k) { return binary(k, B_DIV); }
 enum { U_SCALE, U_POW, U_CLAMP, U_NEG, U_EXP, U_LOG, U_SQRT, U_RELU, U_GELU, U_SILU,
        U_SIGMOID, U_TANH };
 
-#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
 /* Never evaluates exp of a large positive argument, so no spurious overflow to inf/inf. */
 static inline float sigmoidf(float x) {
   if (x >= 0.f) return 1.f / (1.f + expf(-x));
   float e = expf(x);
   return e / (1.f + e);
-}
-
-static inline float geluf(float x) {
-  return 0.5f * x * (1.f + tanhf(GELU_C * (x + GELU_A * x * x * x)));
 }
 
 static void pow_span(const float *x, float *y, int64_t n, float p) {
@@ -179,23 +208,35 @@ static void unary_span(int op, const float *x, float *y, int64_t n, float p0, fl
   case U_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
   case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
   case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.f ? 0.f : x[i]; break;
-  case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = geluf(x[i]); break;
+  case U_GELU: rg_cpu_vec()->gelu(x, y, n); break;
   case U_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] * sigmoidf(x[i]); break;
   case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]); break;
   default: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
   }
 }
 
-static rg_status unary(rg_kargs *k, int op) {
-  const float *x = k->in[0].p;
-  float *y = k->out[0].p;
-  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-  float p0 = k->node->f[0], p1 = k->node->f[1];
-#pragma omp parallel for num_threads(nthreads(k)) if(nchunk > 1) schedule(static)
-  for (int64_t c = 0; c < nchunk; c++) {
-    int64_t lo = c * EW_CHUNK;
-    unary_span(op, x + lo, y + lo, min64(EW_CHUNK, n - lo), p0, p1);
+/* What unary and dgrad hand their bodies: chunks of EW_CHUNK elements. */
+typedef struct {
+  int op;
+  const float *x, *g;
+  float *y;
+  int64_t n;
+  float p0, p1;
+} map_job;
+
+static void unary_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const map_job *j = a;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    int64_t e = c * EW_CHUNK;
+    unary_span(j->op, j->x + e, j->y + e, min64(EW_CHUNK, j->n - e), j->p0, j->p1);
   }
+}
+
+static rg_status unary(rg_kargs *k, int op) {
+  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+  rg_cpu_for(nchunk, nthreads(k), unary_range,
+             &(map_job){op, k->in[0].p, NULL, k->out[0].p, n, k->node->f[0], k->node->f[1]});
   return RG_OK;
 }
 
@@ -216,13 +257,6 @@ rg_status rg_cpu_tanh(rg_kargs *k) { return unary(k, U_TANH); }
 
 enum { D_RELU, D_GELU, D_SILU, D_SIGMOID, D_TANH, D_CLAMP };
 
-/* d/dx of the tanh-approximation GELU, differentiated exactly (not the erf form). */
-static inline float gelu_grad(float x) {
-  float x2 = x * x;
-  float t = tanhf(GELU_C * (x + GELU_A * x2 * x));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * GELU_C * (1.f + 3.f * GELU_A * x2);
-}
-
 static inline float silu_grad(float x) {
   float s = sigmoidf(x);
   return s * (1.f + x * (1.f - s));
@@ -233,7 +267,7 @@ static void dgrad_span(int op, const float *u, const float *g, float *d, int64_t
                        float hi) {
   switch (op) {
   case D_RELU: for (int64_t i = 0; i < n; i++) d[i] = u[i] > 0.f ? g[i] : 0.f; break;
-  case D_GELU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * gelu_grad(u[i]); break;
+  case D_GELU: rg_cpu_vec()->gelu_bwd(u, g, d, n); break;
   case D_SILU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * silu_grad(u[i]); break;
   case D_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = g[i] * u[i] * (1.f - u[i]); break;
   case D_TANH: for (int64_t i = 0; i < n; i++) d[i] = g[i] * (1.f - u[i] * u[i]); break;
@@ -243,16 +277,20 @@ static void dgrad_span(int op, const float *u, const float *g, float *d, int64_t
   }
 }
 
-static rg_status dgrad(rg_kargs *k, int op) {
-  const float *u = k->in[0].p, *g = k->in[1].p;
-  float *d = k->out[0].p;
-  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-  float lo = k->node->f[0], hi = k->node->f[1];
-#pragma omp parallel for num_threads(nthreads(k)) if(nchunk > 1) schedule(static)
-  for (int64_t c = 0; c < nchunk; c++) {
-    int64_t o = c * EW_CHUNK;
-    dgrad_span(op, u + o, g + o, d + o, min64(EW_CHUNK, n - o), lo, hi);
+static void dgrad_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const map_job *j = a;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    int64_t e = c * EW_CHUNK;
+    dgrad_span(j->op, j->x + e, j->g + e, j->y + e, min64(EW_CHUNK, j->n - e), j->p0, j->p1);
   }
+}
+
+static rg_status dgrad(rg_kargs *k, int op) {
+  int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
+  rg_cpu_for(nchunk, nthreads(k), dgrad_range,
+             &(map_job){op, k->in[0].p, k->in[1].p, k->out[0].p, n, k->node->f[0],
+                        k->node->f[1]});
   return RG_OK;
 }
 

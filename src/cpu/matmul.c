@@ -167,6 +167,13 @@ static void empty_product(int64_t M, int64_t N, float *C, int64_t ldc, int accum
   for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
 }
 
+static void tiles_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const gemm_args *g = a;
+  int64_t nb = (g->N + NC - 1) / NC;
+  (void)slot;
+  for (int64_t w = lo; w < hi; w++) gemm_tile(g, (w / nb) * MC, (w % nb) * NC);
+}
+
 void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                          int accumulate, int threads) {
@@ -177,39 +184,92 @@ void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
     return;
   }
   int64_t mb = (M + MC - 1) / MC, nb = (N + NC - 1) / NC;
-  int nt = threads > 0 ? threads : 1;
-  bool par = nt > 1 && mb * nb > 1 && M * N * K >= GEMM_PAR_MIN;
-  (void)par; /* read only by the OpenMP pragma */
-#pragma omp parallel for num_threads(nt) if(par) schedule(static)
-  for (int64_t w = 0; w < mb * nb; w++) gemm_tile(&g, (w / nb) * MC, (w % nb) * NC);
+  rg_cpu_for(mb * nb, M * N * K >= GEMM_PAR_MIN ? threads : 1, tiles_range, &g);
 }
 
 #ifdef RG_HAVE_CBLAS
-/* BLAS picks its own threads; their number is set process-wide, not per call. */
+/* Splits a BLAS product over the context's threads: the BLAS runs on one thread (backend.c
+   sets OpenBLAS so; its own pool, spinning beside the context's, made 2-thread runs
+   collapse whenever a core was busy), and C is cut into blocks of rows, or of columns when
+   it has more columns, each one sgemm call. The cut depends on the shape alone, so a
+   product's blocks, and the sums in them, are the same for any thread count. A block is at
+   least BLAS_BLOCK wide (smaller calls cost more in packing than they gain) and there are
+   at most BLAS_BLOCKS of them. */
+#define BLAS_BLOCK 32
+#define BLAS_BLOCKS 16
+
+static void blas_call(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                      int accumulate) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, accumulate ? 1.0f : 0.0f,
+              C, (int)ldc);
+}
+
+/* Blocks [lo, hi) of a product cut by rg_cpu_gemm. */
+typedef struct {
+  gemm_args g;
+  bool rows;
+  int64_t dim, bs;
+} blas_job;
+static void blas_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const blas_job *j = a;
+  const gemm_args *g = &j->g;
+  (void)slot;
+  for (int64_t b = lo; b < hi; b++) {
+    int64_t o = b * j->bs, n = min64(j->dim, o + j->bs) - o;
+    if (j->rows) /* rows o.. of C and of op(A) */
+      blas_call(g->ta, g->tb, n, g->N, g->K, g->ta ? g->A + o : g->A + o * g->lda, g->lda, g->B,
+                g->ldb, g->C + o * g->ldc, g->ldc, g->accumulate);
+    else /* columns o.. of C and of op(B) */
+      blas_call(g->ta, g->tb, g->M, n, g->K, g->A, g->lda, g->tb ? g->B + o * g->ldb : g->B + o,
+                g->ldb, g->C + o, g->ldc, g->accumulate);
+  }
+}
+
 void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
                  int threads) {
-  (void)threads;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) { /* BLAS would reject the zero leading dimension */
     empty_product(M, N, C, ldc, accumulate);
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, accumulate ? 1.0f : 0.0f,
-              C, (int)ldc);
+  bool rows = M >= N;
+  int64_t dim = rows ? M : N;
+  int64_t bs = (dim + BLAS_BLOCKS - 1) / BLAS_BLOCKS;
+  bs = bs < BLAS_BLOCK ? BLAS_BLOCK : bs;
+  int64_t nb = M * N * K >= GEMM_PAR_MIN ? (dim + bs - 1) / bs : 1;
+  if (nb == 1) bs = dim;
+  blas_job j = {{ta, tb, accumulate, M, N, K, lda, ldb, ldc, A, B, C}, rows, dim, bs};
+  rg_cpu_for(nb, threads, blas_range, &j);
 }
-#define RG_GEMM_NESTS 0 /* calling BLAS from our own threads risks oversubscription */
 #else
 void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
                  int threads) {
   rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
 }
-#define RG_GEMM_NESTS 1
 #endif
 
 /* ---- matmul ---------------------------------------------------------------------------- */
+
+/* Products [lo, hi) of a batched matmul, each split over `inner` threads. */
+typedef struct {
+  gemm_args g; /* A, B and C of the first product */
+  const rg_tv *o;
+  const int64_t *sa, *sb;
+  int inner;
+} batch_job;
+static void batch_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const batch_job *j = a;
+  const gemm_args *g = &j->g;
+  (void)slot;
+  for (int64_t bi = lo; bi < hi; bi++)
+    rg_cpu_gemm(g->ta, g->tb, g->M, g->N, g->K, g->A + rg_cpu_bcast_offset(j->o, 2, j->sa, bi),
+                g->lda, g->B + rg_cpu_bcast_offset(j->o, 2, j->sb, bi), g->ldb,
+                g->C + bi * g->M * g->N, g->N, 0, j->inner);
+}
 
 rg_status rg_cpu_matmul(rg_kargs *k) {
   const rg_tv *a = &k->in[0], *b = &k->in[1], *o = &k->out[0];
@@ -225,13 +285,9 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   float *po = o->p;
   int nt = nthreads(k);
   /* Many independent products: one per thread beats splitting each one. */
-  bool by_batch = RG_GEMM_NESTS && nt > 1 && nbatch >= nt;
-#pragma omp parallel for num_threads(nt) if(by_batch) schedule(static)
-  for (int64_t bi = 0; bi < nbatch; bi++) {
-    rg_cpu_gemm(ta, tb, M, N, K, pa + rg_cpu_bcast_offset(o, 2, sa, bi), lda,
-                pb + rg_cpu_bcast_offset(o, 2, sb, bi), ldb, po + bi * M * N, N, 0,
-                by_batch ? 1 : nt);
-  }
+  bool by_batch = nt > 1 && nbatch >= nt;
+  batch_job j = {{ta, tb, 0, M, N, K, lda, ldb, N, pa, pb, po}, o, sa, sb, by_batch ? 1 : nt};
+  rg_cpu_for(nbatch, by_batch ? nt : 1, batch_range, &j);
   return RG_OK;
 }
 

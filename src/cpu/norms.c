@@ -40,14 +40,28 @@ static void norm_fwd_row(const float *x, const float *gamma, const float *beta, 
   }
 }
 
+/* What norm_fwd and norm_bwd hand their bodies. */
+typedef struct {
+  const float *x, *gamma, *beta, *g, *dx_in;
+  float *y, *dx, *dx16, *dgamma, *dbeta;
+  norm_stats *st;
+  int64_t R, C;
+  double eps;
+  bool centre, addg, addb;
+} norm_job;
+
+static void norm_fwd_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const norm_job *j = a;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++)
+    norm_fwd_row(j->x + r * j->C, j->gamma, j->beta, j->y + r * j->C, j->C, j->eps, j->centre);
+}
+
 static rg_status norm_fwd(rg_kargs *k, bool centre) {
-  const float *x = k->in[0].p, *gamma = k->in[1].p;
-  const float *beta = centre ? k->in[2].p : NULL;
-  float *y = k->out[0].p;
-  double eps = k->node->f[0];
   int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
-#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < R; r++) norm_fwd_row(x + r * C, gamma, beta, y + r * C, C, eps, centre);
+  norm_job j = {.x = k->in[0].p, .gamma = k->in[1].p, .beta = centre ? k->in[2].p : NULL,
+                .y = k->out[0].p, .C = C, .eps = k->node->f[0], .centre = centre};
+  rg_cpu_for(R, par_threads(k, k->in[0].n > PAR_MIN), norm_fwd_range, &j);
   return RG_OK;
 }
 
@@ -106,46 +120,59 @@ static void norm_dparam_block(const float *x, const float *g, const norm_stats *
   }
 }
 
+/* Rows [lo, hi): their statistics (kept for the parameters' gradients) and dx. */
+static void norm_dx_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const norm_job *j = a;
+  int64_t C = j->C;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    norm_stats s = row_stats(j->x + r * C, C, j->eps, j->centre);
+    if (j->st) j->st[r] = s;
+    if (!j->dx) continue;
+    float *dx = j->dx;
+    norm_dx_row(j->x + r * C, j->gamma, j->g + r * C, dx + r * C, C, s, j->centre);
+    for (int64_t c = 0; j->dx_in && c < C; c++) dx[r * C + c] += j->dx_in[r * C + c];
+    if (j->dx16) memcpy(j->dx16 + r * C, dx + r * C, (size_t)C * sizeof *dx); /* rounded later */
+  }
+}
+
+/* Column blocks [lo, hi) of CB columns of dgamma and dbeta. */
+static void norm_dparam_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const norm_job *j = a;
+  (void)slot;
+  for (int64_t b = lo; b < hi; b++)
+    norm_dparam_block(j->x, j->g, j->st, j->R, j->C, b * CB, min64(CB, j->C - b * CB), j->dgamma,
+                      j->dbeta, j->addg, j->addb);
+}
+
 /* dgamma (dbeta) goes to in[3] (in[4]) when rg_backward folded it there, else out[1]
    (out[2]): see ops.h. */
 static rg_status norm_bwd(rg_kargs *k, bool centre) {
-  const float *x = k->in[0].p, *gamma = k->in[1].p, *g = k->in[2].p;
   bool addg = k->in[3].p != NULL, addb = centre && k->in[4].p != NULL;
-  float *dx = k->out[0].p, *dgamma = addg ? k->in[3].p : k->out[1].p;
-  float *dbeta = !centre ? NULL : addb ? k->in[4].p : k->out[2].p;
-  double eps = k->node->f[0];
   int64_t C = last_dim(&k->in[0]), R = C ? k->in[0].n / C : 0;
   if (C == 0) return RG_OK; /* dx, dgamma and dbeta are all empty */
-  int nt = nthreads(k);
-  bool par = k->in[0].n > PAR_MIN, params = dgamma || dbeta;
-  (void)nt, (void)par; /* read only by OpenMP pragmas */
-  norm_stats *st = NULL;
+  norm_job j = {.x = k->in[0].p, .gamma = k->in[1].p, .g = k->in[2].p,
+                .dx_in = k->in[5].p,   /* added into dx (a folded gradient sum, ops.h) */
+                .dx = k->out[0].p,
+                .dx16 = k->out[3].p,   /* run_widened's F32 view of the BF16 copy of dx */
+                .dgamma = addg ? k->in[3].p : k->out[1].p,
+                .dbeta = !centre ? NULL : addb ? k->in[4].p : k->out[2].p,
+                .R = R, .C = C, .eps = k->node->f[0], .centre = centre, .addg = addg,
+                .addb = addb};
+  int par = par_threads(k, k->in[0].n > PAR_MIN);
+  bool params = j.dgamma || j.dbeta;
   if (params) {
-    st = rg__malloc(k->ctx, (size_t)(R ? R : 1) * sizeof(*st));
-    if (!st) {
+    j.st = rg__malloc(k->ctx, (size_t)(R ? R : 1) * sizeof(*j.st));
+    if (!j.st) {
       snprintf(k->msg, k->msgcap, "out of host memory for %lld row statistics",
                (long long)R);
       return RG_ERR_OOM;
     }
   }
-  const float *dx_in = k->in[5].p; /* added into dx (a folded gradient sum, ops.h) */
-  float *dx16 = k->out[3].p;        /* run_widened's F32 view of the BF16 copy of dx */
-#pragma omp parallel for num_threads(nt) if(par) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    norm_stats s = row_stats(x + r * C, C, eps, centre);
-    if (st) st[r] = s;
-    if (!dx) continue;
-    norm_dx_row(x + r * C, gamma, g + r * C, dx + r * C, C, s, centre);
-    for (int64_t c = 0; dx_in && c < C; c++) dx[r * C + c] += dx_in[r * C + c];
-    if (dx16) memcpy(dx16 + r * C, dx + r * C, (size_t)C * sizeof *dx16); /* rounded later */
-  }
+  rg_cpu_for(R, par, norm_dx_range, &j);
   if (params) {
-    int64_t nblk = (C + CB - 1) / CB;
-#pragma omp parallel for num_threads(nt) if(par && nblk > 1) schedule(static)
-    for (int64_t b = 0; b < nblk; b++)
-      norm_dparam_block(x, g, st, R, C, b * CB, min64(CB, C - b * CB), dgamma, dbeta, addg,
-                        addb);
-    rg__free(k->ctx, st);
+    rg_cpu_for((C + CB - 1) / CB, par, norm_dparam_range, &j);
+    rg__free(k->ctx, j.st);
   }
   return RG_OK;
 }

@@ -16,6 +16,7 @@
  *    the arithmetic and rounded back (round to nearest even).
  */
 #include "cpu.h"
+#include "vec.h"
 #include "../core/sched.h"
 
 #include <math.h>
@@ -46,24 +47,41 @@ static rg_tv view_of(rg_kargs *k, uint32_t ref) {
   return v;
 }
 
+/* What the loops below hand their bodies: chunks of CHUNK elements of up to four tensors
+   of n elements (or, for the norm, of cs elements with a partial sum each). */
+typedef struct {
+  const rg_tv *a, *b, *c, *d;
+  const void *consts; /* adam_c or sgd_c */
+  double *part;
+  int64_t n, cs;
+  float f;
+  bool fast;
+} opt_job;
+
 /* ---- accum and zero_list ----------------------------------------------------------------- */
 
-rg_status rg_cpu_accum(rg_kargs *k) {
-  const rg_tv *d = &k->in[0], *s = &k->in[1];
-  int64_t n = d->n, nc = nchunks(n);
-  bool fast = d->dtype == RG_F32 && s->dtype == RG_F32;
-#pragma omp parallel for num_threads(nthreads(k)) if(nc > 1) schedule(static)
-  for (int64_t c = 0; c < nc; c++) {
-    int64_t hi = min64(n, (c + 1) * CHUNK);
-    if (fast) {
+static void accum_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const rg_tv *d = j->a, *s = j->b;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    int64_t end = min64(j->n, (c + 1) * CHUNK);
+    if (j->fast) {
       float *pd = d->p;
       const float *ps = s->p;
-      for (int64_t i = c * CHUNK; i < hi; i++) pd[i] += ps[i];
+      for (int64_t i = c * CHUNK; i < end; i++) pd[i] += ps[i];
     } else {
-      for (int64_t i = c * CHUNK; i < hi; i++)
+      for (int64_t i = c * CHUNK; i < end; i++)
         st(d->p, d->dtype, i, ld(d->p, d->dtype, i) + ld(s->p, s->dtype, i));
     }
   }
+}
+
+rg_status rg_cpu_accum(rg_kargs *k) {
+  const rg_tv *d = &k->in[0], *s = &k->in[1];
+  bool fast = d->dtype == RG_F32 && s->dtype == RG_F32;
+  rg_cpu_for(nchunks(d->n), nthreads(k), accum_range,
+             &(opt_job){.a = d, .b = s, .n = d->n, .fast = fast});
   return RG_OK;
 }
 
@@ -78,34 +96,42 @@ rg_status rg_cpu_zero_list(rg_kargs *k) {
 
 /* ---- clip ------------------------------------------------------------------------------- */
 
+static void sumsq_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const rg_tv *g = j->a;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    double s = 0;
+    for (int64_t i = c * j->cs; i < min64(j->n, (c + 1) * j->cs); i++) {
+      double v = ld(g->p, g->dtype, i);
+      s += v * v;
+    }
+    j->part[c] = s;
+  }
+}
+
 static double sumsq(const rg_tv *g, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
   double part[MAX_CHUNKS];
   int64_t n = g->n, nc = min64(MAX_CHUNKS, nchunks(n));
   if (nc < 1) return 0;
   int64_t cs = (n + nc - 1) / nc;
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t c = 0; c < nc; c++) {
-    double s = 0;
-    for (int64_t i = c * cs; i < min64(n, (c + 1) * cs); i++) {
-      double v = ld(g->p, g->dtype, i);
-      s += v * v;
-    }
-    part[c] = s;
-  }
+  rg_cpu_for(nc, threads, sumsq_range, &(opt_job){.a = g, .part = part, .n = n, .cs = cs});
   double s = 0;
   for (int64_t c = 0; c < nc; c++) s += part[c];
   return s;
 }
 
+static void scale_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const rg_tv *g = j->a;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++)
+    for (int64_t i = c * CHUNK; i < min64(j->n, (c + 1) * CHUNK); i++)
+      st(g->p, g->dtype, i, ld(g->p, g->dtype, i) * j->f);
+}
+
 static void scale_tensor(const rg_tv *g, float coef, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t n = g->n, nc = nchunks(n);
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t c = 0; c < nc; c++) {
-    for (int64_t i = c * CHUNK; i < min64(n, (c + 1) * CHUNK); i++)
-      st(g->p, g->dtype, i, ld(g->p, g->dtype, i) * coef);
-  }
+  rg_cpu_for(nchunks(g->n), threads, scale_range, &(opt_job){.a = g, .n = g->n, .f = coef});
 }
 
 rg_status rg_cpu_clip(rg_kargs *k) {
@@ -140,16 +166,21 @@ rg_status rg_cpu_clip(rg_kargs *k) {
 }
 
 /* Clamps to [-m, m]; the comparisons keep a NaN (as fminf/fmaxf would not). */
-static void clamp_tensor(const rg_tv *g, float m, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t n = g->n, nc = nchunks(n);
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t c = 0; c < nc; c++) {
-    for (int64_t i = c * CHUNK; i < min64(n, (c + 1) * CHUNK); i++) {
+static void clamp_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const rg_tv *g = j->a;
+  float m = j->f;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    for (int64_t i = c * CHUNK; i < min64(j->n, (c + 1) * CHUNK); i++) {
       float v = ld(g->p, g->dtype, i);
       st(g->p, g->dtype, i, v > m ? m : v < -m ? -m : v);
     }
   }
+}
+
+static void clamp_tensor(const rg_tv *g, float m, int threads) {
+  rg_cpu_for(nchunks(g->n), threads, clamp_range, &(opt_job){.a = g, .n = g->n, .f = m});
 }
 
 rg_status rg_cpu_clip_value(rg_kargs *k) {
@@ -190,7 +221,7 @@ static int64_t bump_step(rg_kargs *k, const rg_optim *o) {
 }
 
 /* The per-step constants of AdamW, folded once in double as PyTorch does on the host. */
-typedef struct adam_c { float decay, omb1, b2, omb2, step_size, bc2_sqrt, eps; } adam_c;
+typedef rg_vec_adam adam_c;
 
 /* PyTorch's single-tensor AdamW, op for op: decoupled decay, m.lerp_(g, 1-b1),
    v = v*b2 + (1-b2) g^2, w += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
@@ -202,42 +233,50 @@ static inline void adam_elem(const adam_c *c, float *w, float g, float *m, float
   *w = *w * c->decay + (-c->step_size) * (mv / (sqrtf(vv) / c->bc2_sqrt + c->eps));
 }
 
-static void adam_tensor(const adam_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
-                        const rg_tv *v, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t n = w->n, nc = nchunks(n);
-  bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && m->dtype == RG_F32 &&
-              v->dtype == RG_F32;
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t ch = 0; ch < nc; ch++) {
-    int64_t hi = min64(n, (ch + 1) * CHUNK);
-    for (int64_t i = ch * CHUNK; i < hi; i++) {
-      if (fast) {
-        adam_elem(c, (float *)w->p + i, ((const float *)g->p)[i], (float *)m->p + i,
-                  (float *)v->p + i);
-      } else {
-        float wv = ld(w->p, w->dtype, i), mv = ld(m->p, m->dtype, i), vv = ld(v->p, v->dtype, i);
-        adam_elem(c, &wv, ld(g->p, g->dtype, i), &mv, &vv);
-        st(w->p, w->dtype, i, wv);
-        st(m->p, m->dtype, i, mv);
-        st(v->p, v->dtype, i, vv);
-      }
+static void adam_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const adam_c *c = j->consts;
+  const rg_tv *w = j->a, *g = j->b, *m = j->c, *v = j->d;
+  (void)slot;
+  for (int64_t ch = lo; ch < hi; ch++) {
+    int64_t e0 = ch * CHUNK, e1 = min64(j->n, (ch + 1) * CHUNK);
+    if (j->fast) { /* the same bits as adam_elem, a vector at a time */
+      rg_cpu_vec()->adamw(c, (float *)w->p + e0, (const float *)g->p + e0, (float *)m->p + e0,
+                          (float *)v->p + e0, e1 - e0);
+      continue;
+    }
+    for (int64_t i = e0; i < e1; i++) {
+      float wv = ld(w->p, w->dtype, i), mv = ld(m->p, m->dtype, i), vv = ld(v->p, v->dtype, i);
+      adam_elem(c, &wv, ld(g->p, g->dtype, i), &mv, &vv);
+      st(w->p, w->dtype, i, wv);
+      st(m->p, m->dtype, i, mv);
+      st(v->p, v->dtype, i, vv);
     }
   }
+}
+
+static void adam_tensor(const adam_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
+                        const rg_tv *v, int threads) {
+  bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && m->dtype == RG_F32 &&
+              v->dtype == RG_F32;
+  rg_cpu_for(nchunks(w->n), threads, adam_range,
+             &(opt_job){.a = w, .b = g, .c = m, .d = v, .consts = c, .n = w->n, .fast = fast});
+}
+
+static void shadow_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const float *pw = j->a->p;
+  uint16_t *ps = j->b->p;
+  (void)slot;
+  for (int64_t ch = lo; ch < hi; ch++)
+    for (int64_t i = ch * CHUNK; i < min64(j->n, (ch + 1) * CHUNK); i++) ps[i] = rg_f32_to_bf16(pw[i]);
 }
 
 /* The updated parameter w rounded into its BF16 shadow (o->shadow; absent: nothing). */
 static void to_shadow(rg_kargs *k, const rg_tv *w, uint32_t shadow) {
   rg_tv s = view_of(k, shadow);
   if (!s.p) return;
-  int threads = nthreads(k);
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t n = w->n, nc = nchunks(n);
-  const float *pw = w->p;
-  uint16_t *ps = s.p;
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t ch = 0; ch < nc; ch++)
-    for (int64_t i = ch * CHUNK; i < min64(n, (ch + 1) * CHUNK); i++) ps[i] = rg_f32_to_bf16(pw[i]);
+  rg_cpu_for(nchunks(w->n), nthreads(k), shadow_range, &(opt_job){.a = w, .b = &s, .n = w->n});
 }
 
 /* i[0] = 1 (rg_zero_grad right after the step): the gradients are zeroed once read, also
@@ -284,16 +323,15 @@ static inline void sgd_elem(const sgd_c *c, float *w, float g, float *buf) {
   *w = *w + (-c->lr) * g;
 }
 
-static void sgd_tensor(const sgd_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
-                       int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
-  int64_t n = w->n, nc = nchunks(n);
-  bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && (!m->p || m->dtype == RG_F32);
-#pragma omp parallel for num_threads(threads) if(nc > 1) schedule(static)
-  for (int64_t ch = 0; ch < nc; ch++) {
-    int64_t hi = min64(n, (ch + 1) * CHUNK);
-    for (int64_t i = ch * CHUNK; i < hi; i++) {
-      if (fast) {
+static void sgd_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const opt_job *j = arg;
+  const sgd_c *c = j->consts;
+  const rg_tv *w = j->a, *g = j->b, *m = j->c;
+  (void)slot;
+  for (int64_t ch = lo; ch < hi; ch++) {
+    int64_t end = min64(j->n, (ch + 1) * CHUNK);
+    for (int64_t i = ch * CHUNK; i < end; i++) {
+      if (j->fast) {
         sgd_elem(c, (float *)w->p + i, ((const float *)g->p)[i], m->p ? (float *)m->p + i : NULL);
       } else {
         float wv = ld(w->p, w->dtype, i), bv = m->p ? ld(m->p, m->dtype, i) : 0.f;
@@ -303,6 +341,13 @@ static void sgd_tensor(const sgd_c *c, const rg_tv *w, const rg_tv *g, const rg_
       }
     }
   }
+}
+
+static void sgd_tensor(const sgd_c *c, const rg_tv *w, const rg_tv *g, const rg_tv *m,
+                       int threads) {
+  bool fast = w->dtype == RG_F32 && g->dtype == RG_F32 && (!m->p || m->dtype == RG_F32);
+  rg_cpu_for(nchunks(w->n), threads, sgd_range,
+             &(opt_job){.a = w, .b = g, .c = m, .consts = c, .n = w->n, .fast = fast});
 }
 
 rg_status rg_cpu_sgd(rg_kargs *k) {

@@ -38,20 +38,29 @@ static span3 split_axis(const rg_tv *x, int64_t axis) {
   return s;
 }
 
+typedef struct {
+  const float *x;
+  int64_t n, csize;
+  double *part;
+} det_sum_job;
+static void det_sum_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const det_sum_job *j = a;
+  (void)slot;
+  for (int64_t c = lo; c < hi; c++) {
+    double s = 0;
+    int64_t end = min64(j->n, (c + 1) * j->csize);
+    for (int64_t i = c * j->csize; i < end; i++) s += j->x[i];
+    j->part[c] = s;
+  }
+}
+
 /* Sum of n floats in double. The chunking depends only on n, so the rounding does too. */
 static double det_sum(const float *x, int64_t n, int threads) {
-  (void)threads; /* read only by OpenMP pragmas */
   double part[MAX_CHUNKS];
   int64_t nchunk = min64(MAX_CHUNKS, (n + PAR_MIN - 1) / PAR_MIN);
   if (nchunk < 1) nchunk = 1;
   int64_t csize = (n + nchunk - 1) / nchunk;
-#pragma omp parallel for num_threads(threads) if(nchunk > 1) schedule(static)
-  for (int64_t c = 0; c < nchunk; c++) {
-    double s = 0;
-    int64_t hi = min64(n, (c + 1) * csize);
-    for (int64_t i = c * csize; i < hi; i++) s += x[i];
-    part[c] = s;
-  }
+  rg_cpu_for(nchunk, threads, det_sum_range, &(det_sum_job){x, n, csize, part});
   double s = 0;
   for (int64_t c = 0; c < nchunk; c++) s += part[c];
   return s;
@@ -70,6 +79,22 @@ static void sum_block(const float *x, span3 s, int64_t o, int64_t i0, int64_t nb
   for (int64_t j = 0; j < nb; j++) out[o * s.inner + i0 + j] = (float)(acc[j] / div);
 }
 
+typedef struct {
+  const float *x;
+  float *out;
+  span3 s;
+  int64_t nblk;
+  double div;
+} sum_job;
+static void sum_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const sum_job *j = a;
+  (void)slot;
+  for (int64_t w = lo; w < hi; w++) {
+    int64_t i0 = (w % j->nblk) * RB;
+    sum_block(j->x, j->s, w / j->nblk, i0, min64(RB, j->s.inner - i0), j->div, j->out);
+  }
+}
+
 static rg_status sum_mean(rg_kargs *k, bool mean) {
   const rg_tv *x = &k->in[0];
   const float *px = x->p;
@@ -82,11 +107,8 @@ static rg_status sum_mean(rg_kargs *k, bool mean) {
   }
   double div = mean ? (double)s.len : 1.0;
   int64_t nblk = (s.inner + RB - 1) / RB, work = s.outer * nblk;
-#pragma omp parallel for num_threads(nthreads(k)) if(x->n > PAR_MIN) schedule(static)
-  for (int64_t w = 0; w < work; w++) {
-    int64_t i0 = (w % nblk) * RB;
-    sum_block(px, s, w / nblk, i0, min64(RB, s.inner - i0), div, po);
-  }
+  rg_cpu_for(work, par_threads(k, x->n > PAR_MIN), sum_range,
+             &(sum_job){px, po, s, nblk, div});
   return RG_OK;
 }
 
@@ -137,6 +159,21 @@ static void max_item(rg_kargs *k, int mode, span3 s, int64_t o, int64_t i0, int6
   }
 }
 
+typedef struct {
+  rg_kargs *k;
+  int mode;
+  span3 s;
+  int64_t nblk;
+} max_job;
+static void max_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const max_job *j = a;
+  (void)slot;
+  for (int64_t w = lo; w < hi; w++) {
+    int64_t i0 = (w % j->nblk) * RB;
+    max_item(j->k, j->mode, j->s, w / j->nblk, i0, min64(RB, j->s.inner - i0));
+  }
+}
+
 static rg_status max_common(rg_kargs *k, int mode) {
   span3 s = split_axis(&k->in[0], k->node->i[0]);
   if (mode == M_BWD) memset(k->out[0].p, 0, (size_t)k->out[0].n * sizeof(float));
@@ -147,11 +184,8 @@ static rg_status max_common(rg_kargs *k, int mode) {
     return RG_ERR_MISUSE;
   }
   int64_t nblk = (s.inner + RB - 1) / RB, work = s.outer * nblk;
-#pragma omp parallel for num_threads(nthreads(k)) if(k->in[0].n > PAR_MIN) schedule(static)
-  for (int64_t w = 0; w < work; w++) {
-    int64_t i0 = (w % nblk) * RB;
-    max_item(k, mode, s, w / nblk, i0, min64(RB, s.inner - i0));
-  }
+  rg_cpu_for(work, par_threads(k, k->in[0].n > PAR_MIN), max_range,
+             &(max_job){k, mode, s, nblk});
   return RG_OK;
 }
 
@@ -211,45 +245,62 @@ static inline void put(float *o, int64_t i, double v, bool add) {
   o[i] = add ? o[i] + (float)v : (float)v;
 }
 
+/* What sum_to_rows and sum_to_runs hand their bodies. */
+typedef struct {
+  const float *x;
+  float *o;
+  const axset *kept, *red;
+  int64_t I, nblk, L, rcount;
+  bool add;
+} sum_to_job;
+
+static void sum_to_rows_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const sum_to_job *j = a;
+  (void)slot;
+  for (int64_t w = lo; w < hi; w++) {
+    int64_t kk = w / j->nblk, i0 = (w % j->nblk) * RB, nb = min64(RB, j->I - i0);
+    const float *base = j->x + axset_offset(j->kept, kk) + i0;
+    double acc[RB] = {0};
+    for (int64_t r = 0; r < j->rcount; r++) {
+      const float *row = base + axset_offset(j->red, r);
+      for (int64_t c = 0; c < nb; c++) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < nb; c++) put(j->o, kk * j->I + i0 + c, acc[c], j->add);
+  }
+}
+
 /* The innermost x axis is kept: out's innermost axis is contiguous in both, so sum whole
    rows of it into a block of double accumulators. */
 static void sum_to_rows(const float *x, float *o, axset kept, const axset *red, int threads,
-                        bool big, bool add) {
-  (void)threads, (void)big; /* read only by OpenMP pragmas */
+                        bool add) {
   int64_t I = kept.size[kept.n - 1];
   kept.n--; /* the rest index the outer kept positions */
-  int64_t ko = axset_count(&kept), rcount = axset_count(red);
-  int64_t nblk = (I + RB - 1) / RB;
-#pragma omp parallel for num_threads(threads) if(big) schedule(static)
-  for (int64_t w = 0; w < ko * nblk; w++) {
-    int64_t kk = w / nblk, i0 = (w % nblk) * RB, nb = min64(RB, I - i0);
-    const float *base = x + axset_offset(&kept, kk) + i0;
-    double acc[RB] = {0};
-    for (int64_t r = 0; r < rcount; r++) {
-      const float *row = base + axset_offset(red, r);
-      for (int64_t j = 0; j < nb; j++) acc[j] += row[j];
+  int64_t ko = axset_count(&kept), nblk = (I + RB - 1) / RB;
+  sum_to_job j = {x, o, &kept, red, I, nblk, 0, axset_count(red), add};
+  rg_cpu_for(ko * nblk, threads, sum_to_rows_range, &j);
+}
+
+static void sum_to_runs_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const sum_to_job *j = a;
+  (void)slot;
+  for (int64_t e = lo; e < hi; e++) {
+    const float *base = j->x + axset_offset(j->kept, e);
+    double acc = 0;
+    for (int64_t r = 0; r < j->rcount; r++) {
+      const float *run = base + axset_offset(j->red, r);
+      for (int64_t c = 0; c < j->L; c++) acc += run[c];
     }
-    for (int64_t j = 0; j < nb; j++) put(o, kk * I + i0 + j, acc[j], add);
+    put(j->o, e, acc, j->add);
   }
 }
 
 /* The innermost x axis is summed away: each output sums contiguous runs of it. */
 static void sum_to_runs(const float *x, float *o, const axset *kept, axset red, int threads,
-                        bool big, bool add) {
-  (void)threads, (void)big; /* read only by OpenMP pragmas */
+                        bool add) {
   int64_t L = red.size[red.n - 1];
   red.n--;
-  int64_t nout = axset_count(kept), rcount = axset_count(&red);
-#pragma omp parallel for num_threads(threads) if(big) schedule(static)
-  for (int64_t e = 0; e < nout; e++) {
-    const float *base = x + axset_offset(kept, e);
-    double acc = 0;
-    for (int64_t r = 0; r < rcount; r++) {
-      const float *run = base + axset_offset(&red, r);
-      for (int64_t j = 0; j < L; j++) acc += run[j];
-    }
-    put(o, e, acc, add);
-  }
+  sum_to_job j = {x, o, kept, &red, 0, 0, L, axset_count(&red), add};
+  rg_cpu_for(axset_count(kept), threads, sum_to_runs_range, &j);
 }
 
 /* out = x summed to out's shape, or out += that sum (add). */
@@ -262,15 +313,15 @@ static rg_status sum_to(rg_kargs *k, const rg_tv *x, const rg_tv *out, bool add)
     return RG_OK;
   }
   split_kept(x, out, &kept, &red);
-  bool big = x->n > PAR_MIN;
+  int par = par_threads(k, x->n > PAR_MIN);
   if (red.n == 0) { /* nothing to sum: the shapes differ only by size-1 axes */
     for (int64_t i = 0; i < x->n; i++) put(o, i, ((const float *)x->p)[i], add);
   } else if (kept.n == 0) {
     put(o, 0, det_sum(x->p, x->n, nthreads(k)), add);
   } else if (kept.stride[kept.n - 1] == 1) {
-    sum_to_rows(x->p, o, kept, &red, nthreads(k), big, add);
+    sum_to_rows(x->p, o, kept, &red, par, add);
   } else {
-    sum_to_runs(x->p, o, &kept, red, nthreads(k), big, add);
+    sum_to_runs(x->p, o, &kept, red, par, add);
   }
   return RG_OK;
 }
@@ -279,6 +330,23 @@ rg_status rg_cpu_sum_to(rg_kargs *k) { return sum_to(k, &k->in[0], &k->out[0], f
 rg_status rg_cpu_sum_to_acc(rg_kargs *k) { return sum_to(k, &k->in[1], &k->in[0], true); }
 
 /* ---- expand ---------------------------------------------------------------------------- */
+
+typedef struct {
+  const rg_tv *o;
+  const float *x;
+  float *out;
+  const int64_t *st;
+  int64_t C, sc;
+} expand_job;
+static void expand_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const expand_job *j = a;
+  const rg_tv *o = j->o;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t off = rg_cpu_bcast_offset(o, 1, j->st, r);
+    for (int64_t c = 0; c < j->C; c++) j->out[r * j->C + c] = j->x[off + c * j->sc];
+  }
+}
 
 rg_status rg_cpu_expand(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *o = &k->out[0];
@@ -297,14 +365,7 @@ rg_status rg_cpu_expand(rg_kargs *k) {
     if (!bc) s *= x->dims[j - lead];
   }
   int64_t C = o->dims[o->ndim - 1], rows = o->n / C, sc = st[o->ndim - 1];
-#pragma omp parallel for num_threads(nthreads(k)) if(o->n > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t off = 0, rr = r;
-    for (int j = o->ndim - 2; j >= 0; j--) {
-      off += (rr % o->dims[j]) * st[j];
-      rr /= o->dims[j];
-    }
-    for (int64_t c = 0; c < C; c++) po[r * C + c] = px[off + c * sc];
-  }
+  rg_cpu_for(rows, par_threads(k, o->n > PAR_MIN), expand_range,
+             &(expand_job){o, px, po, st, C, sc});
   return RG_OK;
 }

@@ -25,6 +25,21 @@ rg_status rg_cpu_ring_push(rg_kargs *k) {
   return RG_OK;
 }
 
+typedef struct {
+  const char *ring;
+  char *out;
+  const int32_t *idx;
+  int64_t first, cap;
+  size_t row;
+} gather_job;
+static void gather_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const gather_job *j = a;
+  (void)slot;
+  for (int64_t p = lo; p < hi; p++)
+    memcpy(j->out + (size_t)p * j->row,
+           j->ring + (size_t)((j->first + j->idx[p]) % j->cap) * j->row, j->row);
+}
+
 rg_status rg_cpu_ring_gather(rg_kargs *k) {
   const rg_tv *r = &k->in[0], *ix = &k->in[2];
   const int32_t *s = k->in[1].p, *idx = ix->p;
@@ -37,10 +52,8 @@ rg_status rg_cpu_ring_gather(rg_kargs *k) {
                (long long)count, (long long)count);
       return RG_ERR_MISUSE;
     }
-#pragma omp parallel for num_threads(nthreads(k)) if(ix->n * rows > PAR_MIN) schedule(static)
-  for (int64_t p = 0; p < ix->n; p++)
-    memcpy((char *)k->out[0].p + (size_t)p * row,
-           (const char *)r->p + (size_t)((first + idx[p]) % cap) * row, row);
+  rg_cpu_for(ix->n, par_threads(k, ix->n * rows > PAR_MIN), gather_range,
+             &(gather_job){r->p, k->out[0].p, idx, first, cap, row});
   return RG_OK;
 }
 

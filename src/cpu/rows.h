@@ -19,10 +19,6 @@
 
 #include "cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Below this many input elements a kernel runs on one thread. */
 #define PAR_MIN 32768
 /* Column block for reductions across rows (dgamma, dtable): one double per column. */
@@ -31,19 +27,5 @@
 #define MAX_CHUNKS 64
 
 static inline int64_t last_dim(const rg_tv *x) { return x->ndim ? x->dims[x->ndim - 1] : 1; }
-
-static inline int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-static inline float row_max(const float *x, int64_t C) {
-  float m = x[0];
-  for (int64_t c = 1; c < C; c++) m = x[c] > m ? x[c] : m;
-  return m;
-}
 
 #endif

@@ -49,6 +49,23 @@ static void gather_row(const void *x, int64_t off, int64_t xs, void *o, int64_t 
   }
 }
 
+typedef struct {
+  const rg_tv *x, *o;
+  const int64_t *st;
+  int64_t C;
+  size_t esz;
+} permute_job;
+static void permute_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const permute_job *j = a;
+  const rg_tv *o = j->o;
+  (void)slot;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t off = rg_cpu_bcast_offset(o, 1, j->st, r);
+    gather_row(j->x->p, off, j->st[o->ndim - 1], (char *)o->p + (size_t)(r * j->C) * j->esz,
+               j->C, j->esz);
+  }
+}
+
 rg_status rg_cpu_permute(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *o = &k->out[0];
   size_t esz = rg__dtype_size(o->dtype);
@@ -63,19 +80,48 @@ rg_status rg_cpu_permute(rg_kargs *k) {
   }
   for (int j = 0; j < o->ndim; j++) st[j] = xst[k->node->i[j]]; /* x stride of out axis j */
   int64_t C = o->dims[o->ndim - 1], rows = C ? o->n / C : 0;
-#pragma omp parallel for num_threads(nthreads(k)) if(o->n > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t off = 0, rr = r;
-    for (int j = o->ndim - 2; j >= 0; j--) {
-      off += (rr % o->dims[j]) * st[j];
-      rr /= o->dims[j];
-    }
-    gather_row(x->p, off, st[o->ndim - 1], (char *)o->p + (size_t)(r * C) * esz, C, esz);
-  }
+  rg_cpu_for(rows, par_threads(k, o->n > PAR_MIN), permute_range,
+             &(permute_job){x, o, st, C, esz});
   return RG_OK;
 }
 
 /* ---- slice, its backward, concat ------------------------------------------------------- */
+
+/* What slice, slice_bwd and concat hand their bodies: one outer index at a time, byte
+   runs before, in and after the slice (or of the two operands). */
+typedef struct {
+  const char *src, *src2;
+  char *dst;
+  size_t pre, mid, post, esz;
+  int64_t X, start, inner;
+} runs_job;
+
+static void slice_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const runs_job *j = a;
+  (void)slot;
+  for (int64_t o = lo; o < hi; o++)
+    memcpy(j->dst + (size_t)o * j->mid,
+           j->src + (size_t)((o * j->X + j->start) * j->inner) * j->esz, j->mid);
+}
+static void slice_bwd_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const runs_job *j = a;
+  (void)slot;
+  for (int64_t o = lo; o < hi; o++) {
+    char *d = j->dst + (size_t)o * (j->pre + j->mid + j->post);
+    memset(d, 0, j->pre);
+    memcpy(d + j->pre, j->src + (size_t)o * j->mid, j->mid);
+    memset(d + j->pre + j->mid, 0, j->post);
+  }
+}
+static void concat_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const runs_job *j = a;
+  size_t ra = j->pre, rb = j->mid;
+  (void)slot;
+  for (int64_t o = lo; o < hi; o++) {
+    memcpy(j->dst + (size_t)o * (ra + rb), j->src + (size_t)o * ra, ra);
+    memcpy(j->dst + (size_t)o * (ra + rb) + ra, j->src2 + (size_t)o * rb, rb);
+  }
+}
 
 rg_status rg_cpu_slice(rg_kargs *k) {
   const rg_tv *x = &k->in[0];
@@ -85,9 +131,9 @@ rg_status rg_cpu_slice(rg_kargs *k) {
   size_t esz = rg__dtype_size(x->dtype), run = (size_t)(len * inner) * esz;
   const char *src = x->p;
   char *dst = k->out[0].p;
-#pragma omp parallel for num_threads(nthreads(k)) if(k->out[0].n > PAR_MIN) schedule(static)
-  for (int64_t o = 0; o < outer; o++)
-    memcpy(dst + (size_t)o * run, src + (size_t)((o * X + start) * inner) * esz, run);
+  rg_cpu_for(outer, par_threads(k, k->out[0].n > PAR_MIN), slice_range,
+             &(runs_job){.src = src, .dst = dst, .mid = run, .esz = esz, .X = X, .start = start,
+                         .inner = inner});
   return RG_OK;
 }
 
@@ -99,16 +145,11 @@ rg_status rg_cpu_slice_bwd(rg_kargs *k) {
   around_axis(out, axis, &outer, &inner);
   size_t esz = rg__dtype_size(out->dtype);
   size_t pre = (size_t)(start * inner) * esz, mid = (size_t)(len * inner) * esz;
-  size_t post = (size_t)((X - start - len) * inner) * esz, row = pre + mid + post;
+  size_t post = (size_t)((X - start - len) * inner) * esz;
   const char *g = k->in[0].p;
   char *dst = out->p;
-#pragma omp parallel for num_threads(nthreads(k)) if(out->n > PAR_MIN) schedule(static)
-  for (int64_t o = 0; o < outer; o++) {
-    char *d = dst + (size_t)o * row;
-    memset(d, 0, pre);
-    memcpy(d + pre, g + (size_t)o * mid, mid);
-    memset(d + pre + mid, 0, post);
-  }
+  rg_cpu_for(outer, par_threads(k, out->n > PAR_MIN), slice_bwd_range,
+             &(runs_job){.src = g, .dst = dst, .pre = pre, .mid = mid, .post = post});
   return RG_OK;
 }
 
@@ -120,15 +161,27 @@ rg_status rg_cpu_concat(rg_kargs *k) {
   size_t ra = (size_t)(a->dims[axis] * inner) * esz, rb = (size_t)(b->dims[axis] * inner) * esz;
   const char *pa = a->p, *pb = b->p;
   char *po = out->p;
-#pragma omp parallel for num_threads(nthreads(k)) if(out->n > PAR_MIN) schedule(static)
-  for (int64_t o = 0; o < outer; o++) {
-    memcpy(po + (size_t)o * (ra + rb), pa + (size_t)o * ra, ra);
-    memcpy(po + (size_t)o * (ra + rb) + ra, pb + (size_t)o * rb, rb);
-  }
+  rg_cpu_for(outer, par_threads(k, out->n > PAR_MIN), concat_range,
+             &(runs_job){.src = pa, .src2 = pb, .dst = po, .pre = ra, .mid = rb});
   return RG_OK;
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
+
+typedef struct {
+  const float *x;
+  float *y;
+  float p, scale;
+  uint64_t seed, step, base;
+} dropout_job;
+static void dropout_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const dropout_job *j = a;
+  (void)slot;
+  for (int64_t e = lo; e < hi; e++)
+    j->y[e] = rg_philox_uniform(j->seed, j->step, j->base + (uint64_t)e) >= j->p
+                  ? j->x[e] * j->scale
+                  : 0.f;
+}
 
 rg_status rg_cpu_dropout(rg_kargs *k) {
   const float *x = k->in[0].p;
@@ -138,9 +191,8 @@ rg_status rg_cpu_dropout(rg_kargs *k) {
   if (k->in[1].p) memcpy(&step, k->in[1].p, sizeof step);
   uint64_t base = (uint64_t)k->node->i[2];
   int64_t n = k->out[0].n;
-#pragma omp parallel for num_threads(nthreads(k)) if(n > PAR_MIN / 8) schedule(static)
-  for (int64_t e = 0; e < n; e++)
-    y[e] = rg_philox_uniform(seed, step, base + (uint64_t)e) >= p ? x[e] * scale : 0.f;
+  rg_cpu_for(n, par_threads(k, n > PAR_MIN / 8), dropout_range,
+             &(dropout_job){x, y, p, scale, seed, step, base});
   return RG_OK;
 }
 
@@ -169,11 +221,17 @@ static void store_f(void *p, int dt, int64_t i, float v) {
     ((float *)p)[i] = v;
 }
 
+static void cast_range(void *a, int64_t lo, int64_t hi, int slot) {
+  const rg_kargs *k = a;
+  const rg_tv *x = &k->in[0], *o = &k->out[0];
+  (void)slot;
+  for (int64_t i = lo; i < hi; i++) store_f(o->p, o->dtype, i, load_f(x->p, x->dtype, i));
+}
+
 rg_status rg_cpu_cast(rg_kargs *k) {
   const rg_tv *x = &k->in[0], *o = &k->out[0];
   if (x->dtype == o->dtype) return rg_cpu_copy(k);
   int64_t n = o->n;
-#pragma omp parallel for num_threads(nthreads(k)) if(n > PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < n; i++) store_f(o->p, o->dtype, i, load_f(x->p, x->dtype, i));
+  rg_cpu_for(n, par_threads(k, n > PAR_MIN), cast_range, k);
   return RG_OK;
 }

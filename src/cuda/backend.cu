@@ -60,13 +60,12 @@ typedef struct rg_cuda_state {
   void *bounce;       /* pinned buffer that reads of up to BOUNCE bytes go through */
   cudaEvent_t handoff; /* rg_export: recorded on the stream, waited for by the borrower's */
   /* RG_PROFILE=1: drains run eagerly with an event pair around each node, and the
-     device time per op (all drains but the first PROF_SKIP, which pay for loading
+     device time per op (all drains but the first RG_PROFILE_SKIP, which pay for loading
      kernels) is printed to stderr when the context closes. */
   bool prof;
   cudaEvent_t *ev;    /* 2 per node of the current drain */
   size_t nev;
-  double prof_ms[RG_OP_COUNT];
-  long long prof_calls[RG_OP_COUNT], prof_drains, prof_seen;
+  rg_profile prof_t;  /* the table (profile.c) */
   /* What this drain's events time: TIMED_NODES, ev holds a pair per node (RG_PROFILE, or
      an eager drain while the trace file is on); TIMED_GRAPH, gev brackets the launch of a
      graph (trace file); 0, nothing. t_issue: host time (rg__trace_now) when the first of
@@ -80,7 +79,6 @@ typedef struct rg_cuda_state {
 enum { TIMED_NODES = 1, TIMED_GRAPH = 2 };
 
 #define BOUNCE ((size_t)1 << 20)
-#define PROF_SKIP 2
 
 static rg_status cuda_check(rg_ctx *ctx, cudaError_t e, const char *call, const char *file,
                             int line) {
@@ -196,8 +194,7 @@ static rg_status cuda_open(rg_ctx *ctx) {
   /* set on the stream (non-blocking: a plain cudaMemset would not be ordered before its
      kernels) */
   if (st == RG_OK) st = RG_CUDA_CHECK(ctx, cudaMemsetAsync(L->ce_check, 0xff, 16, L->stream));
-  const char *env = getenv("RG_PROFILE");
-  s->prof = env && *env == '1';
+  s->prof = rg__profile_wanted();
   if (st != RG_OK) {
     cuda_close(ctx);
     ctx->be_state = NULL;
@@ -216,43 +213,11 @@ void rg_cuda_drop_graphs(rg_ctx *ctx) {
   for (int i = 0; i < GRAPH_CACHE; i++) drop_entry(ctx, &s->cache[i]);
 }
 
-/* The RG_PROFILE table: device time per op, the most expensive first. */
-static void prof_print(rg_cuda_state *s) {
-  double total = 0;
-  int order[RG_OP_COUNT], n = 0;
-  for (int i = 0; i < RG_OP_COUNT; i++)
-    if (s->prof_calls[i]) order[n++] = i, total += s->prof_ms[i];
-  for (int i = 1; i < n; i++) /* insertion sort by time, descending */
-    for (int j = i; j > 0 && s->prof_ms[order[j]] > s->prof_ms[order[j - 1]]; j--) {
-      int t = order[j];
-      order[j] = order[j - 1], order[j - 1] = t;
-    }
-  fprintf(stderr, "resgrad profile: %lld drains, %.3f ms of device time per drain\n",
-          s->prof_drains, total / (double)(s->prof_drains ? s->prof_drains : 1));
-  fprintf(stderr, "  %-28s %10s %12s %10s %6s\n", "op", "calls", "total ms", "mean us", "%");
-  for (int k = 0; k < n; k++) {
-    int i = order[k];
-    /* ops recorded by one call (rg_backward's accum, matmul_acc, sum_to_acc) are told
-       apart by their own names */
-    bool shared = false;
-    for (int j = 0; j < RG_OP_COUNT; j++)
-      shared |= j != i && !strcmp(rg_optab[j].name, rg_optab[i].name);
-    char name[64];
-    if (shared)
-      snprintf(name, sizeof name, "%s (%s)", rg_optab[i].name, rg_optab[i].kernel);
-    else
-      snprintf(name, sizeof name, "%s", rg_optab[i].name);
-    fprintf(stderr, "  %-28s %10lld %12.3f %10.2f %6.1f\n", name, s->prof_calls[i],
-            s->prof_ms[i], 1e3 * s->prof_ms[i] / (double)s->prof_calls[i],
-            100.0 * s->prof_ms[i] / (total > 0 ? total : 1));
-  }
-}
-
 static void cuda_close(rg_ctx *ctx) {
   rg_cuda_state *s = state(ctx);
   if (!s) return;
   rg_cuda_launch *L = &s->L;
-  if (s->prof && s->prof_drains) prof_print(s);
+  if (s->prof) rg__profile_print(&s->prof_t, "device time");
   if (L->comm) { /* rg_close left the group first; this is for a failed rg_open */
     char msg[256];
     (void)rg_cuda_dist_close(ctx, true, msg, sizeof msg);
@@ -819,13 +784,11 @@ static rg_status cuda_execute(rg_ctx *ctx, size_t first, size_t last, size_t *fa
     rb->done = true;
   }
   if (ctx->trace) trace_device(ctx, first, last);
-  if (s->prof && s->timed == TIMED_NODES && s->prof_seen++ >= PROF_SKIP) {
-    s->prof_drains++;
+  if (s->prof && s->timed == TIMED_NODES && rg__profile_counts(&s->prof_t)) {
     for (size_t i = first; i < last; i++) {
       float ms = 0;
       cudaEventElapsedTime(&ms, s->ev[2 * (i - first)], s->ev[2 * (i - first) + 1]);
-      s->prof_ms[ctx->nodes[i].op] += ms;
-      s->prof_calls[ctx->nodes[i].op]++;
+      rg__profile_add(&s->prof_t, ctx->nodes[i].op, ms);
     }
   }
   *soft = clip_soft(ctx, first, last, failed, msg, msgcap);

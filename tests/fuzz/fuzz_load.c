@@ -52,7 +52,7 @@
  * RG_FUZZ=ON builds the same as fuzz_load, and every build replays the corpus in ctest):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_DEFAULT_SOURCE \
  *     -Iinclude -Isrc tests/fuzz/fuzz_load.c src/core/[a-z]*.c src/cpu/[a-z]*.c \
- *     src/nn/[a-z]*.c src/cuda/stub.c -lm -fopenmp -o fuzz_load
+ *     src/nn/[a-z]*.c src/cuda/stub.c -lm -pthread -o fuzz_load
  *   mkdir -p new && ./fuzz_load -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=128 \
  *     -max_len=65536 new tests/fuzz/corpus/load
  * -timeout catches hangs (an input takes about 2 ms under ASan, opening and closing a

@@ -16,7 +16,7 @@
  * fuzz_load.c or the checkpoint format. Not built by CMake (tests/fuzz/fuzz_*.c are);
  * from the repository root:
  *   cc -std=c11 -D_DEFAULT_SOURCE -O1 -Iinclude -Isrc tests/fuzz/tools/gen_load_corpus.c \
- *     src/core/[a-z]*.c src/cpu/[a-z]*.c src/nn/[a-z]*.c src/cuda/stub.c -lm -fopenmp \
+ *     src/core/[a-z]*.c src/cpu/[a-z]*.c src/nn/[a-z]*.c src/cuda/stub.c -lm -pthread \
  *     -o /tmp/gen_load_corpus
  *   rm -rf tests/fuzz/corpus/load && /tmp/gen_load_corpus tests/fuzz/corpus/load
  */

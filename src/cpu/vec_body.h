@@ -1,0 +1,225 @@
+/*
+ * vec_body.h - the row functions of vec.h written once over a vector of W floats; each
+ * instruction set's file (vec.c, vec_avx2.c, vec_avx512.c) defines the macros below and
+ * includes this file, so the three tables compute the same formulas.
+ *
+ * The includer defines:
+ *   VN(x)            the name of function x in this table (a prefix per table)
+ *   VATTR            the functions' attribute (a target(...) or nothing)
+ *   V, W             the vector type and its number of floats
+ *   VLOAD(p), VSTORE(p, v), VSET1(x)       unaligned load and store, broadcast
+ *   VADD, VSUB, VMUL, VDIV, VFMA(a, b, c)  lanewise; VFMA is a*b+c
+ *   VMAX(a, b), VMIN(a, b)  a > b ? a : b and a < b ? a : b lanewise (b where a is NaN,
+ *                           so a clamp written VMAX(lo, x) keeps a NaN x)
+ *   VLTSEL(a, b, x, y)      a < b ? x : y lanewise
+ *   VROUND(v)               to the nearest integer, ties to even
+ *   VPOW2(n)                2^n for integral n in [-126, 127]
+ *   VHSUM(v), VHMAX(v)      the lanes' sum (fixed order) and maximum, as float
+ *   VHSUMD(v)               the lanes' sum in double
+ *   VSQRT(v)                the correctly rounded square root
+ *
+ * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
+ * through a zero-padded vector, so every element of an elementwise function gets the
+ * same arithmetic wherever it sits in the row.
+ */
+
+#include <string.h>
+
+/* Loads n < W floats into a zero-padded vector (and stores the first n lanes back). */
+VATTR static inline V VN(load_part)(const float *p, int64_t n) {
+  float b[W] = {0};
+  memcpy(b, p, (size_t)n * sizeof(float));
+  return VLOAD(b);
+}
+VATTR static inline void VN(store_part)(float *p, V v, int64_t n) {
+  float b[W];
+  VSTORE(b, v);
+  memcpy(p, b, (size_t)n * sizeof(float));
+}
+
+VATTR static float VN(dot)(const float *a, const float *b, int64_t n) {
+  V s0 = VSET1(0.f), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    s0 = VFMA(VLOAD(a + i), VLOAD(b + i), s0);
+    s1 = VFMA(VLOAD(a + i + W), VLOAD(b + i + W), s1);
+    s2 = VFMA(VLOAD(a + i + 2 * W), VLOAD(b + i + 2 * W), s2);
+    s3 = VFMA(VLOAD(a + i + 3 * W), VLOAD(b + i + 3 * W), s3);
+  }
+  for (; i + W <= n; i += W) s0 = VFMA(VLOAD(a + i), VLOAD(b + i), s0);
+  if (i < n) s1 = VFMA(VN(load_part)(a + i, n - i), VN(load_part)(b + i, n - i), s1);
+  return VHSUM(VADD(VADD(s0, s1), VADD(s2, s3)));
+}
+
+VATTR static void VN(axpy)(float *y, float a, const float *x, int64_t n) {
+  V va = VSET1(a);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(y + i, VFMA(va, VLOAD(x + i), VLOAD(y + i)));
+  if (i < n)
+    VN(store_part)(y + i, VFMA(va, VN(load_part)(x + i, n - i), VN(load_part)(y + i, n - i)),
+                   n - i);
+}
+
+/* y[d] = sum_j w[j] X[j ld + d] for d < n (plus y's own value when add), j < m in
+   order: a block of 4W columns keeps its sums in registers across all m rows of X. */
+VATTR static void VN(wsum)(float *y, const float *w, const float *X, int64_t ld, int64_t m,
+                           int64_t n, int add) {
+  int64_t d = 0;
+  for (; d + 4 * W <= n; d += 4 * W) {
+    V a0 = add ? VLOAD(y + d) : VSET1(0.f), a1 = add ? VLOAD(y + d + W) : VSET1(0.f);
+    V a2 = add ? VLOAD(y + d + 2 * W) : VSET1(0.f);
+    V a3 = add ? VLOAD(y + d + 3 * W) : VSET1(0.f);
+    for (int64_t j = 0; j < m; j++) {
+      const float *x = X + j * ld + d;
+      V wj = VSET1(w[j]);
+      a0 = VFMA(wj, VLOAD(x), a0);
+      a1 = VFMA(wj, VLOAD(x + W), a1);
+      a2 = VFMA(wj, VLOAD(x + 2 * W), a2);
+      a3 = VFMA(wj, VLOAD(x + 3 * W), a3);
+    }
+    VSTORE(y + d, a0);
+    VSTORE(y + d + W, a1);
+    VSTORE(y + d + 2 * W, a2);
+    VSTORE(y + d + 3 * W, a3);
+  }
+  for (; d + W <= n; d += W) {
+    V a = add ? VLOAD(y + d) : VSET1(0.f);
+    for (int64_t j = 0; j < m; j++) a = VFMA(VSET1(w[j]), VLOAD(X + j * ld + d), a);
+    VSTORE(y + d, a);
+  }
+  if (d < n) {
+    V a = add ? VN(load_part)(y + d, n - d) : VSET1(0.f);
+    for (int64_t j = 0; j < m; j++)
+      a = VFMA(VSET1(w[j]), VN(load_part)(X + j * ld + d, n - d), a);
+    VN(store_part)(y + d, a, n - d);
+  }
+}
+
+VATTR static float VN(max)(const float *x, int64_t n) {
+  V m = VSET1(x[0]);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) m = VMAX(VLOAD(x + i), m);
+  float r = VHMAX(m);
+  for (; i < n; i++) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+/* exp(x) for x <= 88 (vec.h): x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
+   polynomial, scaled by 2^n; below -87.3 (where 2^n would leave the normal range) 0. */
+VATTR static inline V VN(exp)(V x) {
+  const V lo = VSET1(-87.3f), hi = VSET1(88.0f);
+  V xc = VMIN(hi, VMAX(lo, x));
+  V n = VROUND(VMUL(xc, VSET1(1.44269504088896341f)));
+  V r = VFMA(n, VSET1(-0.693359375f), xc);
+  r = VFMA(n, VSET1(2.12194440e-4f), r);
+  V p = VSET1(1.9875691500e-4f);
+  p = VFMA(p, r, VSET1(1.3981999507e-3f));
+  p = VFMA(p, r, VSET1(8.3334519073e-3f));
+  p = VFMA(p, r, VSET1(4.1665795894e-2f));
+  p = VFMA(p, r, VSET1(1.6666665459e-1f));
+  p = VFMA(p, r, VSET1(5.0000001201e-1f));
+  p = VFMA(p, VMUL(r, r), VADD(r, VSET1(1.f)));
+  V e = VMUL(p, VPOW2(n));
+  return VLTSEL(x, lo, VSET1(0.f), e);
+}
+
+VATTR static double VN(exp_sum)(const float *x, float shift, float *y, int64_t n) {
+  V sh = VSET1(shift);
+  double s = 0;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V e = VN(exp)(VSUB(VLOAD(x + i), sh));
+    if (y) VSTORE(y + i, e);
+    s += VHSUMD(e);
+  }
+  if (i < n) {
+    float b[W];
+    V e = VN(exp)(VSUB(VN(load_part)(x + i, n - i), sh));
+    VSTORE(b, e);
+    for (int64_t j = 0; j < n - i; j++) s += b[j];
+    if (y) memcpy(y + i, b, (size_t)(n - i) * sizeof(float));
+  }
+  return s;
+}
+
+VATTR static void VN(exp_scale)(const float *x, float shift, float scale, float *y,
+                                 int64_t n) {
+  V sh = VSET1(shift), sc = VSET1(scale);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(y + i, VMUL(VN(exp)(VSUB(VLOAD(x + i), sh)), sc));
+  if (i < n)
+    VN(store_part)(y + i, VMUL(VN(exp)(VSUB(VN(load_part)(x + i, n - i), sh)), sc), n - i);
+}
+
+#define VEC_GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define VEC_GELU_A 0.044715f
+
+/* s = sigmoid(2u) = 1 / (1 + exp(-2u)), u = c (x + a x^3): 0.5 (1 + tanh u) = s. The
+   exponent is clamped at 88, where s is 0 to float precision anyway. */
+VATTR static inline V VN(gelu_s)(V x) {
+  V x2 = VMUL(x, x);
+  V u = VMUL(VMUL(x, VSET1(VEC_GELU_C)), VFMA(x2, VSET1(VEC_GELU_A), VSET1(1.f)));
+  V e = VN(exp)(VMIN(VSET1(88.0f), VMUL(u, VSET1(-2.f))));
+  return VDIV(VSET1(1.f), VADD(VSET1(1.f), e));
+}
+
+VATTR static inline V VN(gelu1)(V x) { return VMUL(x, VN(gelu_s)(x)); }
+
+/* gelu'(x) = s + 2 x s (1 - s) c (1 + 3 a x^2), with 1 - tanh^2 u = 4 s (1 - s). */
+VATTR static inline V VN(dgelu1)(V x, V g) {
+  V s = VN(gelu_s)(x);
+  V x2 = VMUL(x, x);
+  V du = VMUL(VSET1(2.f * VEC_GELU_C), VFMA(x2, VSET1(3.f * VEC_GELU_A), VSET1(1.f)));
+  V t = VMUL(VMUL(x, du), VMUL(s, VSUB(VSET1(1.f), s)));
+  return VMUL(g, VADD(s, t));
+}
+
+VATTR static void VN(gelu)(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(y + i, VN(gelu1)(VLOAD(x + i)));
+  if (i < n) VN(store_part)(y + i, VN(gelu1)(VN(load_part)(x + i, n - i)), n - i);
+}
+
+VATTR static void VN(gelu_bwd)(const float *x, const float *g, float *d, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(d + i, VN(dgelu1)(VLOAD(x + i), VLOAD(g + i)));
+  if (i < n)
+    VN(store_part)(d + i, VN(dgelu1)(VN(load_part)(x + i, n - i), VN(load_part)(g + i, n - i)),
+                   n - i);
+}
+
+/* AdamW, op for op as optim.c's scalar form (no fused multiply-add, so each element gets
+   exactly the scalar's bits: mul, add, sqrt and div are correctly rounded either way). */
+VATTR static inline void VN(adamw1)(const rg_vec_adam *c, float *w, const float *g, float *m,
+                                    float *v, int64_t n) {
+  V gv = n == W ? VLOAD(g) : VN(load_part)(g, n);
+  V mv = n == W ? VLOAD(m) : VN(load_part)(m, n);
+  V vv = n == W ? VLOAD(v) : VN(load_part)(v, n);
+  V wv = n == W ? VLOAD(w) : VN(load_part)(w, n);
+  mv = VADD(mv, VMUL(VSET1(c->omb1), VSUB(gv, mv)));
+  vv = VADD(VMUL(vv, VSET1(c->b2)), VMUL(VSET1(c->omb2), VMUL(gv, gv)));
+  V den = VADD(VDIV(VSQRT(vv), VSET1(c->bc2_sqrt)), VSET1(c->eps));
+  wv = VADD(VMUL(wv, VSET1(c->decay)), VMUL(VSET1(-c->step_size), VDIV(mv, den)));
+  if (n == W) {
+    VSTORE(m, mv), VSTORE(v, vv), VSTORE(w, wv);
+  } else {
+    VN(store_part)(m, mv, n), VN(store_part)(v, vv, n), VN(store_part)(w, wv, n);
+  }
+}
+
+VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, float *m, float *v,
+                            int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VN(adamw1)(c, w + i, g + i, m + i, v + i, W);
+  if (i < n) VN(adamw1)(c, w + i, g + i, m + i, v + i, n - i);
+}
+
+#undef VEC_GELU_C
+#undef VEC_GELU_A
+
+/* The table's entries, for the includer's rg_vec_ops initialiser. */
+#define VEC_TABLE(nm)                                                                      \
+  {                                                                                        \
+    nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
+        VN(gelu_bwd), VN(adamw)                                                            \
+  }

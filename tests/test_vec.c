@@ -1,0 +1,160 @@
+/*
+ * test_vec.c - the CPU's vectorised row functions (src/cpu/vec.h), every table this CPU
+ * can run (portable always; AVX2 and AVX-512 where the CPU has them), against double-
+ * precision loops.
+ *
+ * Lengths 0 to 70 and 200 cover empty rows, tails shorter than a vector, one and several
+ * vectors and the 4-vector blocks. Tolerances: a float sum of n products in any order is
+ * within n 2^-24 of sum |a b| (2e-7 (n + 2) bounds it with room); exp and the GELU forms
+ * within 8e-7 relative (libm's expf is within about 1e-7). Special values: exp of -inf
+ * and of arguments below -87.3 is 0, NaN stays NaN, and GELU at +-30 is x and 0. The
+ * elementwise functions must give an element the same bits at any position in a row (a
+ * tail element as in a full vector), and rg_cpu_vec must return one of the tables and
+ * the same one every call.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu/vec.h"
+
+#define NMAX 256
+
+static float frand(uint32_t *s) {
+  *s = *s * 1664525u + 1013904223u;
+  return (float)((*s >> 8) & 0xffff) / 32768.f - 1.f; /* [-1, 1) */
+}
+
+static double gelu_ref(double x) {
+  return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+static double dgelu_ref(double x) {
+  double c = 0.7978845608028654, a = 0.044715, t = tanh(c * (x + a * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * a * x * x);
+}
+
+static bool close_rel(double got, double want, double tol) {
+  return fabs(got - want) <= tol * fmax(fabs(want), 1e-30) + 1e-37;
+}
+
+static void check_table(const rg_vec_ops *v) {
+  static float a[NMAX], b[NMAX], y[NMAX], y0[NMAX], w[NMAX], X[NMAX * 8];
+  uint32_t seed = 7;
+  static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63,
+                                 64, 65, 70, 200};
+  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+    int64_t n = lens[li];
+    double sabs = 0, sdot = 0;
+    for (int64_t i = 0; i < n; i++) {
+      a[i] = frand(&seed) * 4.f;
+      b[i] = frand(&seed) * 4.f;
+      y0[i] = frand(&seed);
+      sdot += (double)a[i] * b[i];
+      sabs += fabs((double)a[i] * b[i]);
+    }
+    float d = v->dot(a, b, n);
+    CHECK(fabs(d - sdot) <= 2e-7 * (double)(n + 2) * (sabs + 1e-30), "%s dot n=%lld: %g, want %g",
+          v->name, (long long)n, d, sdot);
+    memcpy(y, y0, sizeof y);
+    v->axpy(y, 0.75f, a, n);
+    for (int64_t i = 0; i < n; i++)
+      CHECK(fabs(y[i] - (y0[i] + 0.75 * a[i])) <= 1e-6 * (fabs(y0[i]) + fabs(a[i])),
+            "%s axpy n=%lld at %lld", v->name, (long long)n, (long long)i);
+    CHECK(y[n] == y0[n], "%s axpy n=%lld wrote past the row", v->name, (long long)n);
+    if (n) {
+      double m = a[0];
+      for (int64_t i = 1; i < n; i++) m = a[i] > m ? a[i] : m;
+      CHECK(v->max(a, n) == (float)m, "%s max n=%lld", v->name, (long long)n);
+    }
+    /* wsum over m = 5 rows of X with leading dimension n + 3, into y and onto y */
+    int64_t m = 5, ld = n + 3;
+    for (int64_t i = 0; i < m * ld; i++) X[i] = frand(&seed);
+    for (int64_t j = 0; j < m; j++) w[j] = frand(&seed);
+    for (int add = 0; add < 2; add++) {
+      memcpy(y, y0, sizeof y);
+      v->wsum(y, w, X, ld, m, n, add);
+      for (int64_t i = 0; i < n; i++) {
+        double want = add ? y0[i] : 0, s = add ? fabs(y0[i]) : 0;
+        for (int64_t j = 0; j < m; j++) want += (double)w[j] * X[j * ld + i], s += fabs(w[j] * X[j * ld + i]);
+        CHECK(fabs(y[i] - want) <= 2e-7 * (double)(m + 2) * (s + 1e-30),
+              "%s wsum n=%lld add=%d at %lld: %g, want %g", v->name, (long long)n, add,
+              (long long)i, y[i], want);
+      }
+      CHECK(y[n] == y0[n], "%s wsum n=%lld wrote past the row", v->name, (long long)n);
+    }
+    /* exp over [-90, 0] (and y == x in place) */
+    for (int64_t i = 0; i < n; i++) a[i] = -90.f * (frand(&seed) + 1.f) / 2.f;
+    double se = 0;
+    for (int64_t i = 0; i < n; i++) se += exp((double)a[i] - 1.5);
+    double s = v->exp_sum(a, 1.5f, y, n);
+    CHECK(close_rel(s, se, 1e-6), "%s exp_sum n=%lld: %g, want %g", v->name, (long long)n, s,
+          se);
+    for (int64_t i = 0; i < n; i++) {
+      double want = a[i] - 1.5 < -87.3 ? 0 : exp((double)a[i] - 1.5);
+      CHECK(close_rel(y[i], want, 8e-7) || (a[i] - 1.5 < -87 && y[i] < 2e-38),
+            "%s exp_sum n=%lld at %lld: exp(%g) = %g, want %g", v->name, (long long)n,
+            (long long)i, a[i] - 1.5, y[i], want);
+    }
+    v->exp_scale(a, 0.5f, 3.f, y, n);
+    for (int64_t i = 0; i < n; i++) {
+      double want = a[i] - 0.5 < -87.3 ? 0 : 3 * exp((double)a[i] - 0.5);
+      CHECK(close_rel(y[i], want, 8e-7) || (a[i] - 0.5 < -87 && y[i] < 6e-38),
+            "%s exp_scale n=%lld at %lld", v->name, (long long)n, (long long)i);
+    }
+    /* GELU over [-8, 8] */
+    for (int64_t i = 0; i < n; i++) a[i] = frand(&seed) * 8.f, b[i] = frand(&seed);
+    v->gelu(a, y, n);
+    for (int64_t i = 0; i < n; i++)
+      CHECK(fabs(y[i] - gelu_ref(a[i])) <= 8e-7 * fabs(a[i]) + 1e-30,
+            "%s gelu(%g) = %g, want %g", v->name, a[i], y[i], gelu_ref(a[i]));
+    v->gelu_bwd(a, b, y, n);
+    for (int64_t i = 0; i < n; i++)
+      CHECK(fabs(y[i] - b[i] * dgelu_ref(a[i])) <= 2e-6 * fabs(b[i]) * (1 + fabs(a[i])),
+            "%s gelu_bwd(%g) = %g, want %g", v->name, a[i], y[i], b[i] * dgelu_ref(a[i]));
+  }
+  /* special values, and the same bits for an element in a tail or in a full vector */
+  float sp[NMAX], out[NMAX], one[1];
+  for (int i = 0; i < NMAX; i++) sp[i] = frand(&seed) * 10.f;
+  sp[0] = -INFINITY, sp[1] = NAN, sp[2] = -100.f, sp[3] = 0.f;
+  v->exp_sum(sp, 0.f, out, 4);
+  CHECK(out[0] == 0.f && out[1] != out[1] && out[2] == 0.f && out[3] == 1.f,
+        "%s exp of -inf, NaN, -100, 0: %g %g %g %g", v->name, out[0], out[1], out[2], out[3]);
+  sp[0] = 30.f, sp[2] = -30.f;
+  v->gelu(sp, out, NMAX);
+  CHECK(out[0] == 30.f && out[1] != out[1] && fabsf(out[2]) < 1e-30f,
+        "%s gelu of 30, NaN, -30: %g %g %g", v->name, out[0], out[1], out[2]);
+  for (int i = 4; i < NMAX; i++) {
+    v->gelu(sp + i, one, 1);
+    CHECK(memcmp(one, out + i, sizeof one) == 0, "%s gelu at %d: a tail differs", v->name, i);
+  }
+}
+
+int main(void) {
+  const rg_vec_ops *tabs[] = {&rg_vec_portable, rg_vec_avx2(), rg_vec_avx512()};
+  const char *feat[] = {NULL, "avx2", "avx512f"};
+  int ran = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!tabs[i]) continue;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (i == 1 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) continue;
+    if (i == 2 && !__builtin_cpu_supports("avx512f")) continue;
+#else
+    if (feat[i]) continue;
+#endif
+    check_table(tabs[i]);
+    ran++;
+  }
+  const rg_vec_ops *c = rg_cpu_vec();
+  CHECK(c == tabs[0] || c == tabs[1] || c == tabs[2], "rg_cpu_vec returned no table");
+  CHECK(rg_cpu_vec() == c, "rg_cpu_vec changed its choice");
+  if (!failed())
+    printf("test_vec: %d table(s) checked; this process uses %s\n", ran, c ? c->name : "?");
+  (void)feat;
+  return finish();
+}
