@@ -488,6 +488,26 @@ static out c_ring(rg_ctx *c) {
                           rg_cast(c, rg_ring_gather(c, rb, two), RG_F32), 0);
   return weigh(c, rg_mul(c, rg_concat(c, g, h, 0), P(c, "x", D2(304, 7))));
 }
+/* Decoding: a cache [2,3,8,4] written at positions 1 and 4 (rows of 3 queries), the
+   attention over its prefixes, and draws of 5 rows of 300 logits (greedy, temperature
+   with top-k and top-p) keyed by counters: both backends draw the same ids (Philox),
+   compared as floats beside a parameter that gives the loss its gradient. */
+static out c_decode(rg_ctx *c) {
+  rg_tensor K = rg_state_new(c, RG_F32, 4, (int64_t[]){2, 3, 8, 4});
+  rg_tensor V = rg_state_new(c, RG_F32, 4, (int64_t[]){2, 3, 8, 4});
+  rg_tensor qkv = rg_detach(c, P(c, "qkv", D3(2, 3, 36)));
+  rg_tensor pos = rg_input(c, RG_I32, 1, (int64_t[]){2}, (int32_t[]){1, 4});
+  rg_kv_write(c, K, V, qkv, pos);
+  rg_tensor a = rg_attention_cached(c, qkv, K, V, pos);
+  rg_tensor lg = rg_scale(c, rg_detach(c, P(c, "logits", D2(5, 300))), 8);
+  rg_tensor ctr = rg_input(c, RG_I32, 1, (int64_t[]){5}, (int32_t[]){0, 1, 2, 3, 4});
+  rg_tensor s0 = rg_sample(c, lg, RG_NONE, 0, 0, 1, 0);
+  rg_tensor s1 = rg_sample(c, lg, ctr, 1.0f, 40, 0.9f, 7);
+  rg_tensor s2 = rg_sample(c, lg, ctr, 0.7f, 0, 1, 9);
+  rg_tensor ids = rg_concat(c, rg_concat(c, s0, s1, 0), s2, 0);
+  rg_tensor y = rg_concat(c, flat(c, a), rg_cast(c, ids, RG_F32), 0);
+  return weigh(c, rg_add(c, y, P(c, "x", 1, (int64_t[]){2 * 3 * 12 + 15})));
+}
 /* A retained loss: rg_backward seeds its gradient with a FILL node, not the shared 1. */
 static out c_seed(rg_ctx *c) {
   out o = weigh(c, rg_tanh(c, P(c, "x", D2(5, 9))));
@@ -1439,6 +1459,8 @@ int main(int argc, char **argv) {
       {"bf16", c_bf16, 1e-5, RG_COVERS(RG_OP_MATMUL, RG_OP_LINEAR, RG_OP_CAST)},
       {"argmax", c_argmax, 1e-6, RG_COVERS(RG_OP_ARGMAX)},
       {"seed", c_seed, 1e-5, RG_COVERS(RG_OP_FILL)},
+      {"decode", c_decode, 1e-5,
+       RG_COVERS(RG_OP_KV_WRITE, RG_OP_ATTENTION_CACHED, RG_OP_SAMPLE, RG_OP_FILL)},
       {"ring", c_ring, 1e-6,
        RG_COVERS(RG_OP_RING_PUSH, RG_OP_RING_GATHER, RG_OP_RING_SAMPLE, RG_OP_FILL)},
   };
