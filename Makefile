@@ -9,6 +9,8 @@
 #                   tests/fuzz/fuzz_<name> for FUZZ_SECONDS (default 60) from its corpus
 #   make tsan       build-tsan/ (Clang, CPU only): every test under ThreadSanitizer
 #   make install    install to PREFIX (default /usr/local)
+#   make r-package  the R source package build-r/resgrad_<version>.tar.gz (r/bundle.sh)
+#   make r-check    make r-package, then R CMD check --as-cran on it (docs/r.md)
 #   make clean      remove build/, build-asan/, build-valgrind/, build-fuzz/, build-tsan/
 #
 # Extra CMake options go in CMAKE_FLAGS, e.g. make test CMAKE_FLAGS=-DRG_BLAS=OFF.
@@ -42,7 +44,8 @@ JOBS       ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null
 # The main job: tools/resgrad-train when it exists, else the MLP example.
 MAIN ?= $(if $(wildcard tools/resgrad-train/main.c),resgrad-train,mlp)
 
-.PHONY: all configure build run test sanitize memcheck fuzz tsan bench install clean
+.PHONY: all configure build run test sanitize memcheck fuzz tsan bench install clean \
+  r-package r-check
 
 all: build
 
@@ -66,7 +69,7 @@ sanitize:
 	$(CTEST) --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)
 
 # The CPU test suite (fuzz corpus replays included; MEMCHECK_EXCLUDE left out; without the
-# Python package, whose tests would check the interpreter and NumPy) under
+# Python and R packages, whose tests would check the interpreters) under
 # valgrind memcheck: any invalid access, use of uninitialised memory or leak (definite,
 # indirect or possible) fails the test; tests/valgrind.supp holds the only suppressions
 # (libgomp's thread pool). A CPU-only build: with CUDA every test would also load cudart
@@ -78,7 +81,7 @@ sanitize:
 # $(VALGRIND_BUILD)/Testing/Temporary/MemoryChecker.*.log.
 memcheck:
 	$(CMAKE) -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=OFF -DRG_BLAS=OFF \
-	  -DRG_BUILD_EXAMPLES=OFF -DRG_PYTHON=OFF -DRG_TEST_TIMEOUT=1800 $(CMAKE_FLAGS)
+	  -DRG_BUILD_EXAMPLES=OFF -DRG_PYTHON=OFF -DRG_R=OFF -DRG_TEST_TIMEOUT=1800 $(CMAKE_FLAGS)
 	$(CMAKE) --build $(VALGRIND_BUILD) --parallel $(JOBS)
 	OMP_WAIT_POLICY=passive $(CTEST) --test-dir $(VALGRIND_BUILD) -T memcheck \
 	  --output-on-failure \
@@ -127,6 +130,21 @@ tsan:
 bench: configure
 	$(CMAKE) --build $(BUILD) --parallel $(JOBS) --target rg_bench
 
+# The R package (r/): bundled with the library's CPU sources and its generated bindings,
+# built with its vignette (needs R, r-cran-knitr, r-cran-rmarkdown and pandoc), then
+# checked as CRAN checks (needs r-cran-testthat, qpdf and devscripts' checkbashisms; the
+# checks of the current time and CRAN's incoming checks that query CRAN's servers need the
+# network, so they are turned off; --no-manual: the PDF manual needs LaTeX).
+R_BUILD ?= build-r
+r-package:
+	r/bundle.sh $(R_BUILD)
+
+r-check: r-package
+	cd $(R_BUILD) && _R_CHECK_SYSTEM_CLOCK_=FALSE _R_CHECK_CRAN_INCOMING_REMOTE_=FALSE \
+	  MAKEFLAGS=-j$(JOBS) \
+	  R CMD check --as-cran --no-manual resgrad_*.tar.gz
+	@! grep -q -E '^Status: .*(ERROR|WARNING)' $(R_BUILD)/resgrad.Rcheck/00check.log
+
 install:
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release "-DCMAKE_INSTALL_PREFIX=$(PREFIX)" \
 	  $(CMAKE_FLAGS)
@@ -134,4 +152,4 @@ install:
 	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(VALGRIND_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(VALGRIND_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(R_BUILD)

@@ -16,7 +16,8 @@ function(rg_program src link out_var)
 endfunction()
 
 # tools/: installed; linked statically. A tools/<name>.c is the program <name>; a folder
-# tools/<name>/ is the program <name> made of every .c file in it.
+# tools/<name>/ that holds .c files is the program <name> made of them (a folder without
+# any, such as tools/bindgen, is not a program).
 if(RG_BUILD_TOOLS)
   file(GLOB RG_TOOL_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/tools/*.c")
   file(GLOB RG_TOOL_DIRS LIST_DIRECTORIES true "${PROJECT_SOURCE_DIR}/tools/*")
@@ -26,9 +27,12 @@ if(RG_BUILD_TOOLS)
     list(APPEND RG_TOOLS ${_t})
   endforeach()
   foreach(_dir ${RG_TOOL_DIRS})
+    set(_srcs "")
     if(IS_DIRECTORY "${_dir}")
-      get_filename_component(_name "${_dir}" NAME)
       file(GLOB _srcs CONFIGURE_DEPENDS "${_dir}/*.c")
+    endif()
+    if(_srcs)
+      get_filename_component(_name "${_dir}" NAME)
       add_executable(${_name} ${_srcs})
       rg_setup(${_name})
       target_link_libraries(${_name} PRIVATE resgrad_static)

@@ -19,128 +19,16 @@ Argument kinds (the C type decides; nothing here names an op):
 Defaults: a trailing (int axis, int keepdim) pair defaults to every axis, keepdim False;
 causal to False; eps to 1e-5; a tensor the comment says may be RG_NONE to None -- each only
 when every argument after it has a default too.
+The parsing half (the header's ops and enums, the op table, argument kinds and defaults)
+is tools/bindgen/header.py, shared with the R package's generator (r/gen_bindings.py).
 """
-import re
+import os
 import sys
 
-
-def read(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def strip_comment(text):
-    lines = []
-    for line in text.strip().splitlines():
-        line = line.strip()
-        line = re.sub(r"^/\*+ ?", "", line)
-        line = re.sub(r" ?\*+/$", "", line)
-        line = re.sub(r"^\* ?", "", line)
-        lines.append(line)
-    return "\n".join(lines).strip()
-
-
-def parse_enums(header):
-    """{type name: [(python name, C constant), ...]} of the header's typedef enums."""
-    enums = {}
-    for m in re.finditer(r"typedef enum (\w+)\s*\{(.*?)\}\s*\w+;", header, re.S):
-        body = re.sub(r"/\*.*?\*/", "", m.group(2), flags=re.S)
-        names = [c.split("=")[0].strip() for c in body.split(",") if c.strip()]
-        common = re.match(r"^([A-Z0-9]+_)", names[0]).group(1) if names else ""
-        if m.group(1) != "rg_status":  # RG_F32 ...: the prefix shared by all
-            pre = names[0]
-            for n in names[1:]:
-                while not n.startswith(pre):
-                    pre = pre[:-1]
-            common = pre[: pre.rfind("_") + 1] if "_" in pre else common
-        enums[m.group(1)] = [(n[len(common):].lower(), n) for n in names]
-    return enums
-
-
-def parse_ops_section(header):
-    start = header.index("/* ---- ops ")
-    end = header.index("/* ---- autograd ")
-    sec = header[start:end]
-    ops, doc = [], ""
-    pos = 0
-    tok = re.compile(r"/\*.*?\*/|RG_API\s+rg_tensor\s+(rg_\w+)\s*\((.*?)\);|typedef[^;]*;",
-                     re.S)
-    first = True
-    for m in tok.finditer(sec, pos):
-        if m.group(0).startswith("/*"):
-            if first:  # the section's introduction, not any op's
-                first = False
-                continue
-            doc = strip_comment(m.group(0))
-            continue
-        if not m.group(1):
-            continue
-        params = [p.strip() for p in " ".join(m.group(2).split()).split(",")]
-        ops.append((m.group(1), params, doc))
-    return ops
-
-
-def parse_table(ops_h):
-    rows = []
-    for m in re.finditer(r'X\((\w+), (\w+), "([^"]*)", (\d+), (\d+),\s*([^)]*)\)', ops_h):
-        flags = [f.strip()[len("RG_F_"):] for f in m.group(6).split("|") if f.strip() != "0"]
-        rows.append((m.group(2), m.group(3), int(m.group(4)), int(m.group(5)), flags))
-    return rows
-
-
-class Arg:
-    def __init__(self, kind, name, ctype=None):
-        self.kind, self.name, self.ctype = kind, name, ctype
-        self.default = None  # C expression of the default, or None: required
-
-
-def classify(params, enums):
-    assert params[0] == "rg_ctx *ctx", params
-    args, i = [], 1
-    while i < len(params):
-        p = params[i]
-        m = re.match(r"(const )?([\w ]+?)\s*(\*?)\s*(\w+)$", p)
-        const, ctype, star, name = m.groups()
-        ctype = ctype.strip()
-        if ctype == "int" and name == "ndim" and i + 1 < len(params) and \
-                params[i + 1].startswith("const int64_t *"):
-            args.append(Arg("dims", params[i + 1].split("*")[1].strip()))
-            i += 2
-            continue
-        if star and ctype == "int":
-            args.append(Arg("perm", name))
-        elif ctype == "rg_tensor":
-            args.append(Arg("tensor", name))
-        elif ctype == "float":
-            args.append(Arg("float", name))
-        elif ctype in ("int", "int64_t"):
-            args.append(Arg("int", name, ctype))
-        elif ctype in enums:
-            args.append(Arg("enum", name, ctype))
-        else:
-            raise SystemExit(f"gen_bindings.py: no Python form for the C argument '{p}'")
-        i += 1
-    return args
-
-
-def set_defaults(args, doc):
-    for k, a in enumerate(args):
-        if a.name == "keepdim":
-            a.default = "0"
-        elif a.name == "axis" and k + 1 < len(args) and args[k + 1].name == "keepdim":
-            a.default = "RG_ALL_AXES"
-        elif a.name == "causal":
-            a.default = "0"
-        elif a.name == "eps":
-            a.default = "1e-5f"
-        elif a.kind == "tensor" and re.search(rf"\b{a.name}\b[^.;]*\bRG_NONE\b", doc):
-            a.default = "RG_NONE"
-    seen_required = False
-    for a in reversed(args):
-        if a.default is None:
-            seen_required = True
-        elif seen_required:
-            a.default = None
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                "bindgen"))
+from header import classify, parse_enums, parse_ops_section, parse_table, read, set_defaults  # noqa: E402
 
 
 def c_string(s):

@@ -30,10 +30,11 @@ static const char *const layer_name[] = {"leaf",   "base",  "tensor", "queue",
 
 static const struct { const char *file; int layer; } table[] = {
     /* call nothing else in the core: the shared headers, host memory, the sticky error,
-       the trace file (which every layer reports to) */
+       the trace file (which every layer reports to), the notice sink */
     {"internal.h", LEAF}, {"ops.h", LEAF}, {"philox.h", LEAF}, {"sched.h", LEAF},
     {"sample.h", LEAF},
     {"alloc.c", LEAF}, {"error.c", LEAF}, {"trace.c", LEAF},
+    {"notice.c", LEAF},
     /* labels; the dry-run backend */
     {"label.c", BASE}, {"dry.c", BASE},
     /* arenas, tensors and their handles, parameters, describing handles */

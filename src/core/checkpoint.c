@@ -80,8 +80,8 @@ static void name_state(char *out, size_t cap, const char *kind, const char *pnam
 
 /* RG_ERR_NONFINITE, why naming the tensor and its first NaN or Inf, when p (numel
    elements of dtype) holds one and rg_options.nonfinite_checkpoints does not let it through. */
-static rg_status finite(rg_ctx *ctx, const char *name, int dtype, int64_t numel, const void *p,
-                        char *why, size_t cap) {
+static rg_status all_finite(rg_ctx *ctx, const char *name, int dtype, int64_t numel, const void *p,
+                            char *why, size_t cap) {
   float v;
   int64_t e = ctx->opt.nonfinite_checkpoints ? -1 : rg__nonfinite(p, dtype, numel, &v);
   if (e < 0) return RG_OK;
@@ -310,7 +310,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const char *call, sbuf h
       size_t size = st_size(e[i].dtype);
       int dt = !strcmp(e[i].dtype, "F32") ? RG_F32 : !strcmp(e[i].dtype, "BF16") ? RG_BF16
                                                                                 : RG_I32;
-      st = finite(ctx, e[i].name, dt, (int64_t)(e[i].nbytes / size), e[i].host, bad,
+      st = all_finite(ctx, e[i].name, dt, (int64_t)(e[i].nbytes / size), e[i].host, bad,
                   sizeof bad);
       if (st == RG_OK) st = write_all(fd, e[i].host, (size_t)e[i].nbytes);
       continue;
@@ -323,7 +323,7 @@ static rg_status save_to(rg_ctx *ctx, const char *path, const char *call, sbuf h
     }
     st = ctx->be->download(ctx, buf, t->data, t->nbytes);
     rg__count_xfer(ctx, true, RG_SITE_CHECKPOINT, t->nbytes);
-    if (st == RG_OK) st = finite(ctx, e[i].name, t->dtype, t->numel, buf, bad, sizeof bad);
+    if (st == RG_OK) st = all_finite(ctx, e[i].name, t->dtype, t->numel, buf, bad, sizeof bad);
     if (st == RG_OK) st = write_all(fd, buf, t->nbytes);
     rg__free(ctx, buf);
   }
@@ -766,8 +766,8 @@ rg_status rg_load(rg_ctx *ctx, const char *path, rg_optim *opt) {
     if (!(data[k] = rg__malloc(ctx, sz ? sz : 1))) bad = "out of host memory", bad_st = RG_ERR_OOM;
     else if (fseek(f, (long)(8 + hlen + e[k].begin), SEEK_SET) != 0 || !read_exact(f, data[k], sz))
       bad = "the data section is truncated";
-    else if (finite(ctx, e[k].name, rg__t(ctx, e[k].ref)->dtype, rg__t(ctx, e[k].ref)->numel,
-                    data[k], why, sizeof why) != RG_OK) {
+    else if (all_finite(ctx, e[k].name, rg__t(ctx, e[k].ref)->dtype, rg__t(ctx, e[k].ref)->numel,
+                        data[k], why, sizeof why) != RG_OK) {
       size_t w = strlen(why);
       snprintf(why + w, sizeof why - w, " (the run that saved it had gone non-finite): load "
                "an earlier checkpoint, or set rg_options.nonfinite_checkpoints = 1 to load "

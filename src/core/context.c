@@ -26,7 +26,7 @@ static const rg_backend *choose_backend(rg_ctx *ctx) {
   if (d == RG_DEVICE_CUDA) return &rg_cuda_backend;
   if (rg_cuda_backend.available && rg_cuda_backend.available()) return &rg_cuda_backend;
   if (!ctx->opt.quiet)
-    fprintf(stderr, "resgrad: no usable CUDA GPU found; running on the CPU\n");
+    rg__notice("resgrad: no usable CUDA GPU found; running on the CPU");
   return &rg_cpu_backend;
 }
 
@@ -54,8 +54,8 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
   if (env && is_path(env)) ctx->opt.trace_path = env;
   else if (env && *env == '1') ctx->opt.trace = 1;
   else if (env && *env && *env != '0' && !ctx->opt.quiet)
-    fprintf(stderr, "resgrad: RG_TRACE=%.80s is neither 1 (print each drained node) nor a "
-            "path (a value with a '/' or a '.', e.g. run.json); ignored\n", env);
+    rg__notice("resgrad: RG_TRACE=%.80s is neither 1 (print each drained node) nor a "
+               "path (a value with a '/' or a '.', e.g. run.json); ignored", env);
   env = getenv("RG_CHECK_FINITE");
   if (env && *env == '1') ctx->opt.check_finite = 1;
   env = getenv("RG_BF16");
@@ -92,7 +92,7 @@ rg_status rg_open(rg_ctx **out, const rg_options *opt) {
   if (st == RG_OK && path && *path) {
     st = rg__trace_open(ctx, path);
     if (st != RG_OK && !ctx->opt.quiet) /* rg_open's failure keeps no message */
-      fprintf(stderr, "resgrad: %s\n", ctx->errmsg);
+      rg__notice("resgrad: %s", ctx->errmsg);
   }
   if (st != RG_OK) {
     rg_close(ctx);

@@ -376,6 +376,15 @@ static inline rg_device rg__device(const rg_ctx *ctx) {
    pool resets or the context closes (rg__imports_release). */
 typedef struct rg_imported { void (*release)(void *user); void *user; } rg_imported;
 
+/* --- notices (notice.c) --- */
+/* Writes "<fmt>\n" (fmt without its newline) to the notice sink: stderr, or the
+   embedding program's RG_NOTICE_SINK. Callers check rg_options.quiet where it applies. */
+void rg__notice(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
 /* --- errors (error.c) --- */
 /* Sets the sticky error (if none is set) to "call [label]: <fmt>"; returns st. */
 rg_status rg__fail(rg_ctx *ctx, rg_status st, const char *call, const char *fmt, ...);

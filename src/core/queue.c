@@ -125,10 +125,11 @@ static void set_state(rg_ctx *ctx, size_t first, size_t last, int state, uint32_
   }
 }
 
-/* RG_TRACE=1 / rg_options.trace: one line per node on stderr as a drain starts. */
+/* RG_TRACE=1 / rg_options.trace: one line per node to the notice sink (stderr) as a
+   drain starts. */
 static void trace(rg_ctx *ctx, size_t first, size_t last, rg_drain_reason why) {
-  fprintf(stderr, "resgrad: drain (%s) of %zu nodes on %s\n", rg__drain_reason_name(why),
-          last - first, ctx->devname);
+  rg__notice("resgrad: drain (%s) of %zu nodes on %s", rg__drain_reason_name(why),
+             last - first, ctx->devname);
   for (size_t k = first; k < last; k++) {
     const rg_node *n = &ctx->nodes[k];
     const char *lab = rg__label_str(ctx, n->label);
@@ -137,8 +138,8 @@ static void trace(rg_ctx *ctx, size_t first, size_t last, rg_drain_reason why) {
       rg_tinfo *t = rg__t(ctx, n->out[0]);
       rg__fmt_shape(shape, sizeof shape, t->ndim, t->dims);
     }
-    fprintf(stderr, "resgrad:   %5zu %-20s %-16s%s%s%s\n", k, rg_optab[n->op].name, shape,
-            *lab ? " [" : "", lab, *lab ? "]" : "");
+    rg__notice("resgrad:   %5zu %-20s %-16s%s%s%s", k, rg_optab[n->op].name, shape,
+               *lab ? " [" : "", lab, *lab ? "]" : "");
   }
 }
 

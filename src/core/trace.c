@@ -329,8 +329,8 @@ rg_status rg__trace_open(rg_ctx *ctx, const char *path) {
                     named ? strerror(e) : "too many open traces of that name");
   }
   if (strcmp(t->path, path) && !ctx->opt.quiet)
-    fprintf(stderr, "resgrad: another context writes the trace \"%s\"; this one writes "
-            "\"%s\"\n", path, t->path);
+    rg__notice("resgrad: another context writes the trace \"%s\"; this one writes \"%s\"",
+               path, t->path);
   ctx->trace = t;
   ctx->opt.trace_path = t->path;
   t->t0 = now_us();

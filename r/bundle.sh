@@ -1,0 +1,32 @@
+#!/bin/sh
+# bundle.sh - makes the R source package resgrad_<version>.tar.gz from this repository.
+#
+#   r/bundle.sh [OUTDIR]        (default OUTDIR: build-r, under the repository root)
+#
+# Copies r/resgrad to OUTDIR/resgrad, bundles the C library into its src/lib (include/,
+# src/core, src/cpu, src/nn and the CUDA stub: the CPU build the package compiles by
+# default), writes the op bindings with r/gen_bindings.py (R/ops.R, src/ops.c, man/ag_<op>.Rd:
+# the package then installs without Python), and runs R CMD build there. The tarball is
+# OUTDIR/resgrad_<version>.tar.gz; install it with R CMD INSTALL. Nothing is written into
+# r/resgrad itself. Set RG_R_BUILD_ARGS for R CMD build (e.g. --no-build-vignettes).
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/build-r}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+stage=$out/resgrad
+
+rm -rf "$stage"
+cp -R "$root/r/resgrad" "$stage"
+rm -rf "$stage/src/lib" "$stage/src/Makevars" "$stage"/src/*.o "$stage"/src/*.so
+mkdir -p "$stage/src/lib/cuda"
+cp -R "$root/include" "$root/src/core" "$root/src/cpu" "$root/src/nn" "$stage/src/lib/"
+cp "$root/src/cuda/stub.c" "$stage/src/lib/cuda/"
+${PYTHON:-python3} "$root/r/gen_bindings.py" "$root/include/resgrad.h" \
+  "$root/src/core/ops.h" "$stage"
+
+cd "$out"
+# shellcheck disable=SC2086
+R CMD build ${RG_R_BUILD_ARGS:-} resgrad
+ls "$out"/resgrad_*.tar.gz

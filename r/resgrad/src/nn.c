@@ -1,0 +1,102 @@
+/*
+ * nn.c - the layers of resgrad_nn.h: linear, embedding, layer norm (their parameters
+ * made by the library's init functions, their forward passes recorded from R with the
+ * ops), and the GPT model, an external pointer (class "ag_gpt_ptr") to its rg_gpt.
+ *
+ * rg_gpt_free frees only the model's small host struct (the parameters belong to the
+ * context), so its finalizer is safe after the context closed; the model still holds a
+ * claim on its context's holder, as an optimizer does, so the order in which R finalizes
+ * the two does not matter (rgr.h).
+ */
+#include "rgr.h"
+
+#include <stdlib.h>
+
+SEXP rgr_nn_linear(SEXP cx, SEXP name, SEXP in, SEXP out, SEXP bias, SEXP std) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rg_nn_linear l;
+  rgr_check(ctx, rg_nn_linear_init(ctx, &l, CHAR(STRING_ELT(name, 0)),
+                                   (int64_t)Rf_asReal(in), (int64_t)Rf_asReal(out),
+                                   Rf_asLogical(bias) == TRUE, (float)Rf_asReal(std)));
+  SEXP r = PROTECT(Rf_allocVector(VECSXP, 2));
+  SET_VECTOR_ELT(r, 0, rgr_wrap(cx, l.w));
+  if (l.b.id) SET_VECTOR_ELT(r, 1, rgr_wrap(cx, l.b));
+  UNPROTECT(1);
+  return r;
+}
+
+SEXP rgr_nn_embedding(SEXP cx, SEXP name, SEXP num, SEXP dim, SEXP std) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rg_nn_embedding e;
+  rgr_check(ctx, rg_nn_embedding_init(ctx, &e, CHAR(STRING_ELT(name, 0)),
+                                      (int64_t)Rf_asReal(num), (int64_t)Rf_asReal(dim),
+                                      (float)Rf_asReal(std)));
+  return rgr_wrap(cx, e.w);
+}
+
+SEXP rgr_nn_layernorm(SEXP cx, SEXP name, SEXP dim, SEXP eps) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rg_nn_layernorm n;
+  rgr_check(ctx, rg_nn_layernorm_init(ctx, &n, CHAR(STRING_ELT(name, 0)),
+                                      (int64_t)Rf_asReal(dim), (float)Rf_asReal(eps)));
+  SEXP r = PROTECT(Rf_allocVector(VECSXP, 3));
+  SET_VECTOR_ELT(r, 0, rgr_wrap(cx, n.w));
+  SET_VECTOR_ELT(r, 1, rgr_wrap(cx, n.b));
+  SET_VECTOR_ELT(r, 2, Rf_ScalarReal(n.eps));
+  UNPROTECT(1);
+  return r;
+}
+
+typedef struct rgr_gpt { rgr_ctx *h; rg_gpt *g; } rgr_gpt;
+
+static void gpt_finalize(SEXP p) {
+  rgr_gpt *m = R_ExternalPtrAddr(p);
+  if (!m) return;
+  R_ClearExternalPtr(p);
+  rg_gpt_free(m->g);
+  rgr_user_drop(m->h);
+  free(m);
+}
+
+static rg_gpt *gpt_of(SEXP p) {
+  if (TYPEOF(p) != EXTPTRSXP || !Rf_inherits(p, "ag_gpt_ptr"))
+    rgr_signal(RG_ERR_MISUSE, "not a resgrad GPT model");
+  rgr_gpt *m = R_ExternalPtrAddr(p);
+  if (!m) rgr_signal(RG_ERR_MISUSE, "this GPT model no longer exists (a saved session?)");
+  rgr_ctx_ptr(R_ExternalPtrProtected(p));
+  return m->g;
+}
+
+SEXP rgr_gpt_new(SEXP cx, SEXP cfg, SEXP prefix) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  const double *v = REAL(cfg); /* vocab, block, layers, width, heads, dropout */
+  rg_gpt_config c = {(int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3],
+                     (int64_t)v[4], (float)v[5]};
+  rgr_gpt *m = malloc(sizeof *m);
+  if (!m) rgr_signal(RG_ERR_OOM, "ag_gpt: out of host memory");
+  m->g = rg_gpt_new(ctx, &c, CHAR(STRING_ELT(prefix, 0)));
+  if (!m->g) {
+    free(m);
+    rgr_fail(ctx);
+  }
+  m->h = rgr_holder(cx);
+  rgr_user_add(m->h);
+  return rgr_make_ptr(m, cx, gpt_finalize, "ag_gpt_ptr");
+}
+
+SEXP rgr_gpt_forward(SEXP p, SEXP idx) {
+  rg_gpt *g = gpt_of(p);
+  SEXP cx = R_ExternalPtrProtected(p);
+  return rgr_result(cx, rg_gpt_forward(g, rgr_tensor_arg(cx, idx, "idx")));
+}
+
+SEXP rgr_gpt_loss(SEXP p, SEXP idx, SEXP targets, SEXP ignore) {
+  rg_gpt *g = gpt_of(p);
+  SEXP cx = R_ExternalPtrProtected(p);
+  rg_tensor i = rgr_tensor_arg(cx, idx, "idx"), t = rgr_tensor_arg(cx, targets, "targets");
+  return rgr_result(cx, ignore == R_NilValue
+                            ? rg_gpt_loss(g, i, t)
+                            : rg_gpt_loss_ignore(g, i, t, (int)rgr_int_arg(ignore, "ignore_index")));
+}
+
+SEXP rgr_gpt_param_count(SEXP p) { return Rf_ScalarReal((double)rg_gpt_param_count(gpt_of(p))); }

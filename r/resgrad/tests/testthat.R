@@ -1,0 +1,4 @@
+library(testthat)
+library(resgrad)
+
+test_check("resgrad")
