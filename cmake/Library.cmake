@@ -8,7 +8,8 @@
 file(GLOB RG_LIB_SOURCES CONFIGURE_DEPENDS
   "${PROJECT_SOURCE_DIR}/src/core/*.c"
   "${PROJECT_SOURCE_DIR}/src/cpu/*.c"
-  "${PROJECT_SOURCE_DIR}/src/nn/*.c")
+  "${PROJECT_SOURCE_DIR}/src/nn/*.c"
+  "${PROJECT_SOURCE_DIR}/src/text/*.c")
 if(RG_HAVE_CUDA)
   # Compiled once into an object library that both the shared and static libraries use.
   file(GLOB RG_CUDA_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/cuda/*.cu")

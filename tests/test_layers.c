@@ -7,7 +7,9 @@
  * of calls crosses layers. A file of src/core missing from the table fails the test (a
  * new file must be placed), and so does a name in the table that is not a file there.
  * The core reaches the backends only through their rg_backend tables: a call from the
- * core to a function defined in src/cpu, src/cuda or src/nn fails too.
+ * core to a function defined in src/cpu, src/cuda, src/nn or src/text fails too. src/text
+ * (the tokenizer) stands apart the other way as well: its files call only functions
+ * defined in src/text, so the tokenizer is plain host code that needs no context.
  *
  * The source text is read under RG_SOURCE_DIR (ctest sets it), with comments, strings
  * and character constants blanked. A definition is a line at column 0, outside braces,
@@ -55,6 +57,7 @@ static const struct { const char *file; int layer; } table[] = {
 #define NTABLE ((int)(sizeof table / sizeof *table))
 
 #define OUTSIDE (-1) /* the layer of a file outside the core (a backend, src/nn) */
+#define APART (-2)   /* outside the core, and calling nothing outside its own folder */
 
 typedef struct src { char path[128]; char *text; int layer; } src;
 typedef struct defn { const char *name; size_t len; int src; } defn; /* name: in src's text */
@@ -229,12 +232,39 @@ static void check_call(void *user, const char *name, size_t len, bool def) {
   }
 }
 
-/* Finds the definitions of every file, then checks the calls of the core's files. */
+/* The length of path's folder ("src/text/" of "src/text/bpe.c"). */
+static size_t folder_len(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
+/* A call from a file that stands apart: it must be to its own folder. */
+static void check_apart_call(void *user, const char *name, size_t len, bool def) {
+  scan *c = user;
+  if (def) return;
+  const src *from = &c->s[c->cur];
+  const defn *d = find(c, name, len, true);
+  if (!d) d = find(c, name, len, false);
+  if (!d) return;
+  const char *to = c->s[d->src].path;
+  size_t k = folder_len(from->path);
+  if (k == folder_len(to) && !strncmp(from->path, to, k)) return;
+  if (said(c, d)) return;
+  c->bad++;
+  if (!c->quiet)
+    fprintf(stderr, "%s calls %.*s, defined in %s: %.*s depends on nothing else of the "
+            "library; move what it needs into it\n", from->path, (int)len, name, to,
+            (int)k - 1, from->path);
+}
+
+/* Finds the definitions of every file, then checks the calls of the core's files and of
+   the files that stand apart. */
 static void run(scan *c) {
   for (c->cur = 0; c->cur < c->n; c->cur++) walk(c->s[c->cur].text, add_def, c);
   for (c->cur = 0; c->cur < c->n; c->cur++) {
     c->nsaid = 0;
     if (c->s[c->cur].layer >= 0) walk(c->s[c->cur].text, check_call, c);
+    if (c->s[c->cur].layer == APART) walk(c->s[c->cur].text, check_apart_call, c);
   }
 }
 
@@ -243,7 +273,8 @@ static void run(scan *c) {
 /* The scan on lines written to trip it: calls in a comment and in a string, a prototype,
    a definition over two lines, a C++ linkage block. The faults are a.c (layer 0) calling
    rg_b (layer 1), twice (once in a macro) but counted once, and b.c calling out of the
-   core; b.c's call down to rg_a is the third call across files. */
+   core; b.c's call down to rg_a is the third call across files. t/apart.c stands apart:
+   its call to rg_t2 (its own folder) is fine, its call to rg_a2 of the core a fault. */
 static void self_check(void) {
   char a[] = "/* rg_b() is in layer 1 */\n"
              "int rg_b(void);\n"
@@ -261,12 +292,14 @@ static void self_check(void) {
              "  return rg_a(1, 2) + rg_out(); // not rg_c()\n"
              "}\n";
   char o[] = "int rg_out(void) { return 0; }\n";
-  src s[] = {{"a.c", a, 0}, {"b.c", b, 1}, {"out.c", o, OUTSIDE}};
-  for (int i = 0; i < 3; i++) blank(s[i].text);
-  scan c = {.s = s, .n = 3, .quiet = true};
+  char t[] = "int rg_t(void) { return rg_t2() + rg_a2(); }\n"
+             "int rg_t2(void) { return 0; }\n";
+  src s[] = {{"a.c", a, 0}, {"b.c", b, 1}, {"out.c", o, OUTSIDE}, {"t/apart.c", t, APART}};
+  for (int i = 0; i < 4; i++) blank(s[i].text);
+  scan c = {.s = s, .n = 4, .quiet = true};
   run(&c);
-  CHECK(c.ndefs == 4 && c.bad == 2 && c.edges == 3, "self-check: %d definitions (want 4), %d "
-        "faults (want 2), %d calls across files (want 3): the scanner is broken", c.ndefs,
+  CHECK(c.ndefs == 6 && c.bad == 3 && c.edges == 3, "self-check: %d definitions (want 6), %d "
+        "faults (want 3), %d calls across files (want 3): the scanner is broken", c.ndefs,
         c.bad, c.edges);
   free(c.defs);
 }
@@ -277,13 +310,13 @@ static int place(const char *file) {
   return -1;
 }
 
-/* Adds dir's files to s (layer from the table for the core, OUTSIDE for the others). */
-static void add_dir(src *s, int *n, int cap, const char *dir, bool core) {
+/* Adds dir's files to s (layer from the table for the core, else other). */
+static void add_dir(src *s, int *n, int cap, const char *dir, bool core, int other) {
   static char names[256][64];
   int k = list_dir(dir, names, 256);
   CHECK(k > 0, "cannot list %s/%s", getenv("RG_SOURCE_DIR"), dir);
   for (int i = 0; i < k && *n < cap; i++) {
-    int layer = core ? place(names[i]) : OUTSIDE;
+    int layer = core ? place(names[i]) : other;
     CHECK(!core || layer >= 0, "%s/%s is not in the layer table of tests/test_layers.c: give "
           "it a layer there and in docs/ARCHITECTURE.md", dir, names[i]);
     if (core && layer < 0) continue;
@@ -306,7 +339,7 @@ int main(void) {
   if (!dir || !*dir || failed()) return finish();
   static src s[512];
   int n = 0;
-  add_dir(s, &n, 512, "src/core", true);
+  add_dir(s, &n, 512, "src/core", true, 0);
   int ncore = n;
   for (int i = 0; i < NTABLE; i++) {
     bool there = false;
@@ -314,9 +347,10 @@ int main(void) {
     CHECK(there, "the layer table of tests/test_layers.c names %s, which is not a file of "
           "src/core", table[i].file);
   }
-  add_dir(s, &n, 512, "src/cpu", false);
-  add_dir(s, &n, 512, "src/cuda", false);
-  add_dir(s, &n, 512, "src/nn", false);
+  add_dir(s, &n, 512, "src/cpu", false, OUTSIDE);
+  add_dir(s, &n, 512, "src/cuda", false, OUTSIDE);
+  add_dir(s, &n, 512, "src/nn", false, OUTSIDE);
+  add_dir(s, &n, 512, "src/text", false, APART);
   scan c = {.s = s, .n = n};
   run(&c);
   /* A scan that found nothing would pass. */
