@@ -30,10 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common.h"
+#include "program.h"
 
 static char prog[4096];
 static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs ranks */
@@ -41,61 +40,19 @@ static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs 
 /* A small, fast model: every run below trains this unless it says otherwise. */
 #define TINY "--layers 1 --width 32 --heads 2 --batch 16 --eval 64 --eval-every 10 --lr 0.01"
 
-typedef struct result {
-  int code;           /* exit status, -1 if it did not exit normally */
-  char out[1 << 16];  /* stdout */
-  char err[1 << 14];  /* stderr */
-} result;
-
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-  buf[n] = 0;
-  if (f) fclose(f);
-}
-
 /* Runs the program with args (a shell fragment) and collects what it printed. */
 static void run(result *r, const char *fmt, ...) {
-  char args[1024], cmd[6000];
+  char args[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s'%s' %s >out.txt 2>err.txt", launcher, prog, args);
-  int st = system(cmd);
-  r->code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  slurp("out.txt", r->out, sizeof r->out);
-  slurp("err.txt", r->err, sizeof r->err);
-}
-
-/* The rest of the line of out that starts with key, or "" (copied into buf). */
-static const char *line_after(const char *out, const char *key, char *buf, size_t cap) {
-  const char *p = strstr(out, key);
-  buf[0] = 0;
-  if (!p) return buf;
-  p += strlen(key);
-  size_t n = strcspn(p, "\n");
-  if (n >= cap) n = cap - 1;
-  memcpy(buf, p, n);
-  buf[n] = 0;
-  return buf;
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
+  run_program(r, launcher, prog, args);
 }
 
 /* An error run: the exit code, and exactly one line on stderr that mentions what. */
 static void expect_error(int code, const char *what, const char *args) {
-  result *r = malloc(sizeof *r);
-  run(r, "%s", args);
-  CHECK(r->code == code, "'%s' exited %d, expected %d; stderr: %s", args, r->code, code, r->err);
-  CHECK(count_lines(r->err) == 1, "'%s' printed %d lines on stderr: %s", args,
-        count_lines(r->err), r->err);
-  CHECK(strstr(r->err, what) != NULL, "'%s': stderr lacks \"%s\": %s", args, what, r->err);
-  free(r);
+  expect_exit(launcher, prog, code, what, args);
 }
 
 static void test_help(result *r) {
@@ -278,10 +235,7 @@ static void test_distributed(result *r) {
 
 int main(int argc, char **argv) {
   (void)argc;
-  const char *slash = strrchr(argv[0], '/');
-  int dir = slash ? (int)(slash - argv[0]) : 1;
-  snprintf(prog, sizeof prog, "%.*s/resgrad-train", dir, slash ? argv[0] : ".");
-  if (access(prog, X_OK)) {
+  if (program_path(argv[0], "resgrad-train", prog, sizeof prog)) {
     printf("SKIP: %s was not built (RG_BUILD_TOOLS=OFF?)\n", prog);
     return 77;
   }
