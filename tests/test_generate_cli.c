@@ -14,7 +14,9 @@
  *  - a text --prompt goes through GPT-2's tokenizer (tests/data/bpe, --tokenizer) and
  *    the new tokens come back as its text: the library's tokens for the encoded prompt,
  *    decoded;
- *  - a resgrad-train text checkpoint continues a text --prompt through its bytes;
+ *  - a resgrad-train text checkpoint continues a text --prompt through its bytes, and a
+ *    checkpoint of resgrad-train --init-hf (0 steps: the fixture's weights, positions
+ *    beyond its training windows) generates what the fixture does;
  *  - usage errors are one line on stderr with exit code 2, naming what is wrong.
  *
  * Skipped (77) when the program was not built (RG_BUILD_TOOLS=OFF). ctest runs it in
@@ -222,6 +224,24 @@ static void text_checkpoint(result *r) {
         "the text model printed '%s' (exit %d): %s", r->out, r->code, r->err);
   expect_exit("", prog, 2, "not in the model's vocabulary",
               "--device cpu --model abc.st --prompt 'xyz'");
+
+  char args[4400], want[sizeof r->out];
+  hf_path(model, sizeof model, "");
+  run(r, "--tokens 3,14,15,9,26 --max-new 8");
+  memcpy(want, r->out, sizeof want);
+  f = fopen("ft.bin", "wb");
+  if (f) {
+    for (int i = 0; i < 500; i++) fputc(i % 50, f);
+    fclose(f);
+  }
+  snprintf(args, sizeof args, "--device cpu --init-hf '%s' --tokens ft.bin --block 4 "
+           "--steps 0 --save ft0.st", model);
+  run_program(r, "", train, args);
+  CHECK(r->code == 0, "resgrad-train --init-hf --steps 0 exited %d: %s", r->code, r->err);
+  snprintf(model, sizeof model, "ft0.st");
+  run(r, "--tokens 3,14,15,9,26 --max-new 8");
+  CHECK(r->code == 0 && !strcmp(r->out, want), "the --init-hf checkpoint generated '%s', the "
+        "fixture '%s': %s", r->out, want, r->err);
   hf_path(model, sizeof model, "");
 }
 

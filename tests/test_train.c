@@ -14,6 +14,9 @@
  *  - --tokens (a text file read as raw bytes): resume is exact as above, and 2 ranks of
  *    --batch 8 give the held-out loss of one rank of --batch 16 within 1e-3 (each rank
  *    takes its share of the step's rows from rg_data);
+ *  - --init-hf fine-tunes the Hugging Face GPT-2 fixture on a token file: the training
+ *    loss falls, the checkpoint resumes without --init-hf; a shape option, a missing
+ *    --tokens or a --block beyond the model's positions is refused;
  *  - --distributed under resgrad-run: one rank gives the plain run's losses bit for bit;
  *    2 ranks of --batch 8 give the held-out loss of one rank of --batch 16 within a
  *    relative 1e-3 after 30 steps (they see the same rows), one summary, rank 0's
@@ -193,6 +196,37 @@ static void test_tokens(result *r) {
         r->err);
 }
 
+/* Fine-tuning the fixture (vocab 50, 16 positions) on a repeating pattern of 23 tokens. */
+static void test_init_hf(result *r) {
+  char hf[4096], first[64], last[64], args[4400];
+  const char *src = getenv("RG_SOURCE_DIR");
+  snprintf(hf, sizeof hf, "%s/tests/data/hf_gpt2_tiny", src ? src : "..");
+  FILE *f = fopen("ft.bin", "wb");
+  CHECK(f != NULL, "cannot write ft.bin");
+  if (!f) return;
+  for (int i = 0; i < 2300; i++) fputc(i % 23 * 7 % 50, f);
+  fclose(f);
+  snprintf(args, sizeof args, "--device cpu --init-hf '%s' --tokens ft.bin --block 8 "
+           "--batch 8 --steps 40 --warmup 5 --lr 0.01 --log-every 1 --save ft.st", hf);
+  run(r, "%s", args);
+  CHECK(r->code == 0, "--init-hf exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "layers=2 width=24 heads=3 vocab=50 block=8 positions=16"),
+        "--init-hf did not take the model's shape:\n%s", r->out);
+  double a = atof(line_after(r->err, "step 1/40  loss ", first, sizeof first));
+  double b = atof(line_after(r->err, "step 40/40  loss ", last, sizeof last));
+  CHECK(a > 0 && b > 0 && b < 0.8 * a, "fine-tuning: loss %g at step 1, %g at step 40", a, b);
+  run(r, "--device cpu --resume ft.st --tokens ft.bin --steps 50");
+  CHECK(r->code == 0 && strstr(r->out, "trained steps 40..50"), "resuming a fine-tuned "
+        "checkpoint exited %d: %s%s", r->code, r->out, r->err);
+  snprintf(args, sizeof args, "--init-hf '%s' --tokens ft.bin --layers 3", hf);
+  expect_error(2, "--layers", args);
+  snprintf(args, sizeof args, "--init-hf '%s' --tokens ft.bin --block 32", hf);
+  expect_error(2, "--block 32 is longer than the model's 16 positions", args);
+  snprintf(args, sizeof args, "--init-hf '%s'", hf);
+  expect_error(2, "add --tokens FILE", args);
+  expect_error(2, "--init-hf", "--init-hf no-such-model --tokens ft.bin");
+}
+
 static int count_of(const char *s, const char *needle) {
   int n = 0;
   for (; (s = strstr(s, needle)); s++) n++;
@@ -247,6 +281,7 @@ int main(int argc, char **argv) {
   test_text(r);
   test_tokens(r);
   test_wrong_model();
+  test_init_hf(r);
   test_plot(r);
   test_distributed(r);
   free(r);

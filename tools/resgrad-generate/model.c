@@ -48,15 +48,19 @@ static int byte_vocab(model *m, const char *hex, int64_t vocab) {
 /* A resgrad-train checkpoint: the shape from its metadata, then the weights. */
 static int load_resgrad(rg_ctx *ctx, rg_st_file *f, const char *path, model *m) {
   rg_gpt_config cfg = {0};
-  long long l, w, h, v, b;
+  long long l, w, h, v, b, p = 0;
+  int n = 0, k = 0;
   const char *conf = rg_st_meta(f, KEY_CONFIG), *task = rg_st_meta(f, KEY_TASK);
-  if (sscanf(conf, "layers=%lld width=%lld heads=%lld vocab=%lld block=%lld", &l, &w, &h,
-             &v, &b) != 5) {
+  int ok = sscanf(conf, "layers=%lld width=%lld heads=%lld vocab=%lld block=%lld%n", &l, &w,
+                  &h, &v, &b, &n) == 5;
+  if (ok && conf[n]) ok = sscanf(conf + n, " positions=%lld%n", &p, &k) == 1 && !conf[n + k];
+  if (!ok) {
     errorf("--model '%s': its %s metadata '%s' is not a model shape resgrad-train writes",
            path, KEY_CONFIG, conf);
     return EXIT_USAGE;
   }
-  cfg.layers = l, cfg.width = w, cfg.heads = h, cfg.vocab = v, cfg.block = b;
+  /* the position table: "positions=" when the training windows (block) were shorter */
+  cfg.layers = l, cfg.width = w, cfg.heads = h, cfg.vocab = v, cfg.block = p ? p : b;
   if (task && !strcmp(task, "text") && byte_vocab(m, rg_st_meta(f, KEY_VOCAB), v)) {
     errorf("--model '%s': a text checkpoint whose %s metadata is not %lld bytes in hex",
            path, KEY_VOCAB, v);
