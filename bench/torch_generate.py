@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import struct
 import sys
@@ -95,16 +96,19 @@ class GPT(nn.Module):
                                                               device=p.device))
         self.kv = [(getattr(self, f"k{i}"), getattr(self, f"v{i}")) for i in range(len(self.h))]
 
-    def step(self, idx, pos, mask=None):
-        """The next ids (argmax of the last position's logits) of idx [B, T] fed at pos."""
+    def logits(self, idx, pos, mask=None, last=True):
+        """The logits of idx [B, T] fed at pos (of its last position only, if last)."""
         T = idx.shape[1]
         where = pos + torch.arange(T, device=idx.device) if mask is not None else \
             torch.arange(pos, pos + T, device=idx.device)
         x = self.wte(idx) + self.wpe(where)
         for blk, (kc, vc) in zip(self.h, self.kv):
             x = blk.attend(x, kc, vc, pos, mask)
-        logits = self.ln_f(x[:, -1]) @ self.wte.weight.t()
-        return logits.argmax(-1)
+        return self.ln_f(x[:, -1] if last else x) @ self.wte.weight.t()
+
+    def step(self, idx, pos, mask=None):
+        """The next ids (argmax of the last position's logits) of idx [B, T] fed at pos."""
+        return self.logits(idx, pos, mask).argmax(-1)
 
 
 @torch.no_grad()
@@ -147,8 +151,9 @@ def timed(fn, reps, warm, sync):
     return statistics.median(ts), min(ts), out
 
 
-def read_safetensors(path):
-    """{name: numpy array} of a safetensors file (F32, F16, BF16 widened to F32)."""
+def read_safetensors(path, ints=None):
+    """{name: numpy array} of a safetensors file (F32, F16, BF16 widened to F32; I32
+    as ints)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         head = json.loads(f.read(n))
@@ -159,6 +164,9 @@ def read_safetensors(path):
             continue
         b, e = t["data_offsets"]
         raw = data[b:e]
+        if t["dtype"] == "I32":
+            out[name] = np.frombuffer(raw, np.int32).astype(ints).reshape(t["shape"])
+            continue
         if t["dtype"] == "BF16":
             a = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
@@ -179,8 +187,8 @@ def load_hf(folder):
               "mlp.c_fc": "c_fc"}
     state = {}
     for k, v in w.items():
-        if k.endswith("attn.bias") or k.endswith("masked_bias") or k == "lm_head.weight":
-            continue
+        if re.fullmatch(r"h\.\d+\.attn\.(masked_)?bias", k) or k == "lm_head.weight":
+            continue  # the causal mask's buffers; the tied head
         for a, b in rename.items():
             if f".{a}." in k:
                 k = k.replace(a, b)
@@ -216,11 +224,20 @@ def main():
         m = load_hf(a.weights).to(dev).eval()
         if a.double:
             m = m.double()
-        rows = []
+        rows, err = [], None
+        expected = os.path.join(a.weights, "expected.safetensors")
+        if os.path.exists(expected):  # the fixture's logits, which transformers computed
+            e = read_safetensors(expected, np.int32)
+            idx = torch.from_numpy(e["tokens"].astype(np.int64)).to(dev)
+            m.new_cache(*idx.shape)
+            with torch.no_grad():
+                got = m.logits(idx, 0, last=False).float().cpu().numpy()
+            err = float(np.abs(got - e["logits"]).max())
         for p in (a.tokens or "0").split(";"):
             ids = torch.tensor([[int(t) for t in p.split(",")]], device=dev)
             rows.append(generate(m, ids, a.new)[0].tolist())
-        print(json.dumps({"weights": a.weights, "new": a.new, "greedy": rows}))
+        print(json.dumps({"weights": a.weights, "new": a.new, "greedy": rows,
+                          "max_logit_error_vs_expected": err}))
         return 0
 
     V, T, L, C, H = (int(x) for x in a.gpt.split(","))

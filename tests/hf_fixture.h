@@ -1,7 +1,9 @@
 /*
  * hf_fixture.h - the tiny GPT-2 of tests/data/hf_gpt2_tiny, made with Hugging Face's
  * transformers by tools/hf_gpt2_fixture.py (model.safetensors, config.json), and its
- * logits there (expected.safetensors: "tokens" I32 [2, 16], "logits" F32 [2, 16, 50]).
+ * logits there (expected.safetensors: "tokens" I32 [2, 16], "logits" F32 [2, 16, 50];
+ * "greedy_0", "greedy_1" I32 [8], transformers' greedy continuation of two prompts,
+ * which test_generate_cli.c compares).
  * Shared by test_hf.c (CPU) and test_cuda.c (GPU).
  */
 #ifndef RG_TESTS_HF_FIXTURE_H
