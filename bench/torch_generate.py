@@ -259,7 +259,7 @@ def main():
                 hf = GPT2LMHeadModel(GPT2Config(
                     vocab_size=V, n_positions=T, n_embd=C, n_layer=L, n_head=H,
                     activation_function="gelu_new", resid_pdrop=0, embd_pdrop=0,
-                    attn_pdrop=0)).to(dev).eval()
+                    attn_pdrop=0, bos_token_id=V - 1, eos_token_id=V - 1)).to(dev).eval()
                 run = lambda n: hf_generate(hf, prompts, n)  # noqa: E731
             elif impl == "compile":
                 step = torch.compile(model.step, mode="reduce-overhead", fullgraph=True)
