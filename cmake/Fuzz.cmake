@@ -45,10 +45,11 @@ if(RG_FUZZ)
   set(_rg_fuzzers "")
   set(_rg_fuzz_flags -fsanitize=address,undefined -fno-sanitize-recover=all
                      -fno-omit-frame-pointer -g)
-  # The CPU library only (a fuzzer opens CPU contexts); the stub stands in for CUDA.
+  # The CPU library only (a fuzzer opens CPU contexts) and the tokenizer; the stub stands
+  # in for CUDA.
   file(GLOB _rg_fuzz_lib_sources CONFIGURE_DEPENDS
     "${PROJECT_SOURCE_DIR}/src/core/*.c" "${PROJECT_SOURCE_DIR}/src/cpu/*.c"
-    "${PROJECT_SOURCE_DIR}/src/nn/*.c")
+    "${PROJECT_SOURCE_DIR}/src/nn/*.c" "${PROJECT_SOURCE_DIR}/src/text/*.c")
   add_library(resgrad_fuzz STATIC ${_rg_fuzz_lib_sources}
               "${PROJECT_SOURCE_DIR}/src/cuda/stub.c")
   rg_setup(resgrad_fuzz)

@@ -16,6 +16,7 @@
  * cut by GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
  * \s+(?!\S)|\s+ (Unicode classes from the table rg_bpe_unicode_version names), and each
  * piece's bytes are merged by the merges' ranks. No token is added before or after.
+ * docs/text.md is the manual: both file formats, what a tokenizer.json must be, limits.
  */
 #ifndef RESGRAD_TEXT_H
 #define RESGRAD_TEXT_H

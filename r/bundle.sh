@@ -5,8 +5,9 @@
 #
 # Copies r/resgrad to OUTDIR/resgrad, bundles the C library into its src/lib (include/,
 # src/core, src/cpu, src/nn and the CUDA stub: the CPU build the package compiles by
-# default), writes the op bindings with r/gen_bindings.py (R/ops.R, src/ops.c, man/ag_<op>.Rd:
-# the package then installs without Python), and runs R CMD build there. The tarball is
+# default) and tests/data/hf_gpt2_tiny into its inst/extdata, writes the op bindings
+# with r/gen_bindings.py (R/ops.R, src/ops.c, man/ag_<op>.Rd: the package then installs
+# without Python), and runs R CMD build there. The tarball is
 # OUTDIR/resgrad_<version>.tar.gz; install it with R CMD INSTALL. Nothing is written into
 # r/resgrad itself. Set RG_R_BUILD_ARGS for R CMD build (e.g. --no-build-vignettes).
 set -eu
@@ -23,6 +24,10 @@ rm -rf "$stage/src/lib" "$stage/src/Makevars" "$stage"/src/*.o "$stage"/src/*.so
 mkdir -p "$stage/src/lib/cuda"
 cp -R "$root/include" "$root/src/core" "$root/src/cpu" "$root/src/nn" "$stage/src/lib/"
 cp "$root/src/cuda/stub.c" "$stage/src/lib/cuda/"
+# The tiny GPT-2 that transformers made (the C and Python tests' fixture), for the tests
+# and examples of ag_gpt_load_hf: system.file("extdata", "hf_gpt2_tiny", package = "resgrad").
+mkdir -p "$stage/inst/extdata"
+cp -R "$root/tests/data/hf_gpt2_tiny" "$stage/inst/extdata/"
 ${PYTHON:-python3} "$root/r/gen_bindings.py" "$root/include/resgrad.h" \
   "$root/src/core/ops.h" "$stage"
 

@@ -41,12 +41,16 @@ static void write_json(const char *dir, const char *top, const char *model) {
   mkdir(dir, 0755);
   snprintf(p, sizeof p, "%s/tokenizer.json", dir);
   FILE *f = fopen(p, "w");
+  /* laid out as GPT-2's own tokenizer.json is: no model type, empty prefix and suffix,
+     ByteLevel post-processor with add_prefix_space (it only trims offsets) */
   fprintf(f, "{%s \"added_tokens\": [{\"id\": 300, \"content\": \"<pad>\", \"special\": "
-          "true, \"lstrip\": false}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": "
-          "\"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true}, "
-          "\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n\"model\": "
-          "{%s \"type\": \"BPE\", \"dropout\": null, \"continuing_subword_prefix\": \"\", "
-          "\"byte_fallback\": false, \"vocab\": {", top, model);
+          "true, \"lstrip\": false, \"normalized\": true}], \"normalizer\": null, "
+          "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+          "\"trim_offsets\": true}, \"post_processor\": {\"type\": \"ByteLevel\", "
+          "\"add_prefix_space\": true, \"trim_offsets\": false}, \"decoder\": {\"type\": "
+          "\"ByteLevel\", \"add_prefix_space\": true},\n\"model\": {%s \"dropout\": null, "
+          "\"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": "
+          "\"\", \"fuse_unk\": false, \"vocab\": {", top, model);
   for (int b = 0; b < 256; b++) {
     char ch[4];
     int k = rg__utf8_put(rg__byte_char(b), ch);
@@ -98,6 +102,7 @@ static void check_json(void) {
       {"\"post_processor\": {\"type\": \"TemplateProcessing\"},", "", "TemplateProcessing"},
       {"", "\"vocab\": {\"a\": 0},", "no token for byte"},
       {"", "\"merges\": [[\"h\", \"e\", \"x\"]],", "neither"},
+      {"", "\"vocab\": {\"a\": 2000000000},", "far beyond"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
     char dir[16];
@@ -106,6 +111,17 @@ static void check_json(void) {
     refused(dir, bad[k].want);
   }
   refused("tok/vocab.json", "looks like a vocab.json");
+  write_files("tok3", "");
+  FILE *f = fopen("tok3/vocab.json", "w");
+  fputs("{\"a\": 1.5}", f);
+  fclose(f);
+  refused("tok3", "not an id");
+  FILE *half = fopen("tj/vocab.json", "w"); /* half a pair beside tokenizer.json */
+  fputs("{}", half);
+  fclose(half);
+  bpe = rg_bpe_load("tj", msg, sizeof msg);
+  CHECK(bpe && rg_bpe_vocab_size(bpe) == 301, "tokenizer.json beside half a pair: %s", msg);
+  rg_bpe_free(bpe);
   mkdir("empty", 0755);
   refused("empty", "holds neither vocab.json");
 }

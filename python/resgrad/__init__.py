@@ -23,8 +23,8 @@ from . import _resgrad
 from ._helpers import dtype
 from ._resgrad import (ALL_AXES, OP_TABLE, OPS, DeviceError, DrainFailedError, Error,
                        InputOutputError, NonFiniteError, OutOfMemoryError, Ring,
-                       StaleHandleError, Tensor, UnsupportedError, UsageError, from_dlpack,
-                       version)
+                       StaleHandleError, Tensor, Tokenizer, UnsupportedError, UsageError,
+                       from_dlpack, version)
 
 float32 = dtype.float32
 bfloat16 = dtype.bfloat16
@@ -64,4 +64,4 @@ def load(ctx, path, optim=None):
     ctx.load(path, optim)
 
 
-from . import data, nn, optim  # noqa: E402  (they use the names above)
+from . import data, nn, optim, text  # noqa: E402  (they use the names above)

@@ -82,7 +82,7 @@ PyObject *rgpy_as_method(PyObject *(*fn)(PyObject *, PyObject *const *, Py_ssize
                          PyObject *kwnames);
 int rgpy_init_tensor(PyObject *m);
 
-/* context.c, optim.c, gpt.c, data.c, ring.c, dlpack.c */
+/* context.c, optim.c, gpt.c, data.c, ring.c, text.c, dlpack.c */
 int rgpy_init_context(PyObject *m);
 int rgpy_init_optim(PyObject *m);
 /* The optimizer of o, a resgrad Optimizer of co's; NULL (raised) otherwise. */
@@ -90,6 +90,7 @@ rg_optim *rgpy_optim_of(PyObject *o, RgContext *co);
 int rgpy_init_gpt(PyObject *m);
 int rgpy_init_data(PyObject *m);
 int rgpy_init_ring(PyObject *m); /* resgrad.Ring (ring.c) */
+int rgpy_init_text(PyObject *m); /* resgrad.Tokenizer (text.c) */
 extern PyMethodDef rgpy_dlpack_methods[];        /* Tensor.__dlpack__, __dlpack_device__ */
 PyObject *rgpy_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);

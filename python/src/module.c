@@ -308,6 +308,7 @@ PyMODINIT_FUNC PyInit__resgrad(void) {
       PyModule_AddFunctions(m, rgpy_op_functions) < 0 || add_exceptions(m) < 0 ||
       rgpy_init_context(m) < 0 || rgpy_init_tensor(m) < 0 || rgpy_init_optim(m) < 0 ||
       rgpy_init_gpt(m) < 0 || rgpy_init_data(m) < 0 || rgpy_init_ring(m) < 0 ||
+      rgpy_init_text(m) < 0 ||
       PyModule_AddObject(m, "OP_TABLE", rgpy_op_table()) < 0 ||
       PyModule_AddObject(m, "OPS", op_names()) < 0 ||
       PyModule_AddIntConstant(m, "ALL_AXES", RG_ALL_AXES) < 0) {

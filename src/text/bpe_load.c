@@ -24,7 +24,8 @@
  * files). Added tokens, special or not, are cut out of the text whole, as tokenizers
  * does; one the model's vocabulary lacks gets its id from added_tokens.
  *
- * A folder holding both formats is read through vocab.json and merges.txt.
+ * A folder holding both formats is read through vocab.json and merges.txt; one holding
+ * tokenizer.json and only half of the pair, through tokenizer.json.
  */
 #include "text/text.h"
 
@@ -97,7 +98,12 @@ typedef struct builder {
   const char *file; /* for messages */
   char *msg;
   size_t msg_size;
+  int64_t named; /* the tokens the file names (vocabulary and added tokens) */
 } builder;
+
+/* Ids may leave holes, but not so many that the table would be mostly holes: a file that
+   names a few tokens with ids near 2^31 would otherwise cost 32 GiB. */
+#define RG__HOLES 65536
 
 /* Where in a file something is: a byte of a JSON text, or a line. */
 typedef struct place { const char *text; size_t at; long line; } place;
@@ -117,6 +123,12 @@ static int oom(builder *b) {
 static int grow(builder *b, int32_t n) {
   rg_bpe *bpe = b->bpe;
   if (n <= bpe->n) return 0;
+  if (n > 2 * b->named + RG__HOLES) {
+    rg__text_msg(b->msg, b->msg_size, "%s: id %ld is far beyond the %lld tokens the file "
+                 "names (ids may leave at most %d + that many unnamed): the file is corrupt; "
+                 "fetch it again", b->file, (long)n - 1, (long long)b->named, RG__HOLES);
+    return -1;
+  }
   rg__tok *t = realloc(bpe->tok, sizeof *t * (size_t)n);
   if (!t) return oom(b);
   for (int32_t k = bpe->n; k < n; k++) t[k] = (rg__tok){UINT32_MAX, 0, 0, 0};
@@ -336,14 +348,16 @@ static int read_merges_txt(builder *b, char *text, size_t len) {
 /* ---- vocab.json and merges.txt ------------------------------------------------------- */
 
 static rg_bpe *load_pair(const char *vpath, const char *mpath, char *msg, size_t msg_size) {
-  builder b = {calloc(1, sizeof(rg_bpe)), 0, vpath, msg, msg_size};
+  builder b = {calloc(1, sizeof(rg_bpe)), 0, vpath, msg, msg_size, 0};
   if (!b.bpe) return rg__text_msg(msg, msg_size, "out of host memory"), NULL;
   size_t vlen, mlen;
   char *vtext = read_all(vpath, &vlen, msg, msg_size);
   if (!vtext) return fail(&b);
   rg__json j;
-  int bad = parse(&b, &j, vtext, vlen) || read_vocab(&b, &j, vtext, 0);
-  if (!bad) rg__json_free(&j);
+  int bad = parse(&b, &j, vtext, vlen);
+  if (!bad) b.named = j.node[0].count;
+  bad = bad || read_vocab(&b, &j, vtext, 0);
+  rg__json_free(&j); /* (a document that failed to parse is freed and zeroed already) */
   free(vtext);
   char *mtext = bad ? NULL : read_all(mpath, &mlen, msg, msg_size);
   if (!mtext) return fail(&b);
@@ -516,7 +530,7 @@ static int read_merges_json(builder *b, const rg__json *j, const char *text, int
 }
 
 static rg_bpe *load_json(const char *path, char *msg, size_t msg_size) {
-  builder b = {calloc(1, sizeof(rg_bpe)), 0, path, msg, msg_size};
+  builder b = {calloc(1, sizeof(rg_bpe)), 0, path, msg, msg_size, 0};
   if (!b.bpe) return rg__text_msg(msg, msg_size, "out of host memory"), NULL;
   size_t len;
   char *text = read_all(path, &len, msg, msg_size);
@@ -528,6 +542,8 @@ static rg_bpe *load_json(const char *path, char *msg, size_t msg_size) {
   }
   int32_t model = rg__json_get(&j, 0, "model"), added = -1;
   int32_t merges = rg__json_get(&j, model, "merges");
+  int32_t vocab = rg__json_get(&j, model, "vocab"), list = rg__json_get(&j, 0, "added_tokens");
+  b.named = (vocab >= 0 ? j.node[vocab].count : 0) + (list >= 0 ? j.node[list].count : 0);
   int bad = 0;
   if (j.node[0].type != RG__J_OBJ) {
     bad = refuse(&b, &j, text, 0, "the file is not a JSON object");
@@ -540,7 +556,7 @@ static rg_bpe *load_json(const char *path, char *msg, size_t msg_size) {
   } else if (merges < 0 || j.node[merges].type != RG__J_ARR) {
     bad = refuse(&b, &j, text, model, "the model has no \"merges\" array");
   }
-  bad = bad || read_vocab(&b, &j, text, rg__json_get(&j, model, "vocab")) ||
+  bad = bad || read_vocab(&b, &j, text, vocab) ||
         read_added(&b, &j, text, &added) || index_tokens(&b, j.node[merges].count);
   for (int32_t e = bad || added < 0 ? -1 : j.node[added].first; e >= 0 && !bad;
        e = j.node[e].next) {
@@ -573,17 +589,20 @@ rg_bpe *rg_bpe_load(const char *path, char *msg, size_t msg_size) {
   } else if (!is_dir(path)) {
     bpe = load_json(path, msg, msg_size);
   } else {
+    /* both of the pair first; else tokenizer.json; else the pair's missing half named */
+    snprintf(v, n + 16, "%s/tokenizer.json", path);
+    int json = exists(v);
     snprintf(v, n + 16, "%s/vocab.json", path);
     snprintf(m, n + 16, "%s/merges.txt", path);
-    if (exists(v) || exists(m)) {
+    int pair = exists(v) + exists(m);
+    if (pair == 2 || (pair && !json)) {
       bpe = load_pair(v, m, msg, msg_size);
-    } else {
+    } else if (json) {
       snprintf(v, n + 16, "%s/tokenizer.json", path);
-      if (exists(v))
-        bpe = load_json(v, msg, msg_size);
-      else
-        rg__text_msg(msg, msg_size, "%s holds neither vocab.json and merges.txt nor "
-                     "tokenizer.json: pass the folder of a GPT-2 tokenizer", path);
+      bpe = load_json(v, msg, msg_size);
+    } else {
+      rg__text_msg(msg, msg_size, "%s holds neither vocab.json and merges.txt nor "
+                   "tokenizer.json: pass the folder of a GPT-2 tokenizer", path);
     }
   }
   free(v);

@@ -24,9 +24,16 @@
 #' @param quiet \code{FALSE}: the library's notices (such as the fall back from
 #'   \code{"auto"} to the CPU) are printed through R's \code{REprintf}
 #'   (the bundled library; one linked through pkg-config prints them on stderr).
+#' @param trace \code{FALSE}; \code{TRUE}: each node a barrier runs is printed
+#'   (op, shape, label) as a notice; a file name: a trace of everything the
+#'   context does (spans of recording and barriers, each op's time, transfers,
+#'   pool counters) is written there as Chrome trace-event JSON, which
+#'   \url{https://ui.perfetto.dev} and \code{chrome://tracing} open; the file is
+#'   complete after every barrier. The environment variable \code{RG_TRACE}
+#'   takes precedence.
 #' @param ... further fields of the library's \code{rg_options}:
 #'   \code{pass_budget}, \code{persistent_budget} (bytes), \code{max_pass_nodes},
-#'   \code{trace}, \code{device_index}.
+#'   \code{device_index}.
 #' @return The context (class \code{ag_context}), invisibly.
 #' @seealso \code{\link{ag_stats}}, \code{\link{ag_step_begin}}
 #' @examples
@@ -35,11 +42,14 @@
 #' @export
 ag_device <- function(device = c("auto", "cpu", "cuda", "gpu"), seed = 0, check = FALSE,
                       threads = 0L, bf16 = FALSE, tf32 = FALSE, check_finite = FALSE,
-                      quiet = TRUE, ...) {
+                      quiet = TRUE, trace = FALSE, ...) {
   device <- match.arg(device)
+  if (is.character(trace)) trace <- enc2native(path.expand(trace))
+  else trace <- as.integer(trace)
   opts <- list(seed = seed, check = as.integer(check), threads = as.integer(threads),
                bf16 = as.integer(bf16), tf32 = as.integer(tf32),
-               check_finite = as.integer(check_finite), quiet = as.integer(quiet), ...)
+               check_finite = as.integer(check_finite), quiet = as.integer(quiet),
+               trace = trace, ...)
   ctx <- .Call(C_rgr_open, device, opts)
   .rg_state$ctx <- ctx
   invisible(ctx)
@@ -150,6 +160,54 @@ ag_train_mode <- function(on = TRUE, ctx = NULL)
 #' @export
 ag_check_finite <- function(on = TRUE, ctx = NULL)
   invisible(.Call(C_rgr_set_check_finite, .rg_ctx(ctx), on))
+
+#' Pools: reset, generation
+#'
+#' \code{ag_reset("pass")} runs what is queued, then frees the pass pool (as
+#' \code{ag_step_begin}); \code{ag_reset("persistent")} frees the persistent
+#' pool: every parameter, persistent tensor, gradient and optimizer state of the
+#' context, whose handles are stale afterwards (optimizers made before it hold
+#' no parameters: make new ones). \code{ag_generation} is a pool's generation,
+#' which starts at 1 and grows by one at each reset; a handle made in an older
+#' generation is stale.
+#'
+#' @param pool \code{"pass"} or \code{"persistent"}.
+#' @param ctx a context; the default one if \code{NULL}.
+#' @return \code{ag_generation}: a number; \code{ag_reset}: \code{NULL},
+#'   invisibly.
+#' @examples
+#' ag_device("cpu")
+#' x <- ag_tensor(1:3 + 0)
+#' ag_generation("pass")
+#' ag_reset("pass")
+#' ag_generation("pass")
+#' ag_is_live(x)
+#' @export
+ag_reset <- function(pool = c("pass", "persistent"), ctx = NULL)
+  invisible(.Call(C_rgr_reset, .rg_ctx(ctx), .rg_pool_code(pool)))
+
+#' @rdname ag_reset
+#' @export
+ag_generation <- function(pool = c("pass", "persistent"), ctx = NULL)
+  .Call(C_rgr_generation, .rg_ctx(ctx), .rg_pool_code(pool))
+
+.rg_pool_code <- function(pool) match(match.arg(pool, c("pass", "persistent")),
+                                      c("pass", "persistent")) - 1L
+
+#' Memory of the device
+#'
+#' The bytes of the context's device that are available now and in total: a
+#' GPU's free and total memory, or the CPU's available and total memory (the
+#' available bounded by the process's memory limits where they are set). Not a
+#' barrier.
+#'
+#' @param ctx a context; the default one if \code{NULL}.
+#' @return \code{c(available = , total = )}, in bytes.
+#' @examples
+#' ag_device("cpu")
+#' ag_device_memory()
+#' @export
+ag_device_memory <- function(ctx = NULL) .Call(C_rgr_device_memory, .rg_ctx(ctx))
 
 #' Counters of a context
 #'

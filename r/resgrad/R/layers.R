@@ -91,21 +91,85 @@ ag_layer_norm <- function(dim, eps = 1e-5, name = NULL, ctx = NULL) {
 #'   blocks, width (a multiple of heads) and heads.
 #' @param dropout dropout after embeddings, attention and MLP.
 #' @param prefix the parameters' name prefix.
+#' @param checkpoint \code{TRUE}: each block is an activation checkpoint region
+#'   (its inner activations are recomputed by \code{backward}: less memory, the
+#'   same gradients bit for bit).
 #' @param ctx a context; the default one if \code{NULL}.
-#' @return An \code{ag_gpt}.
+#' @return An \code{ag_gpt}; its \code{$config} holds the sizes.
+#' @seealso \code{\link{ag_gpt_load_hf}}, \code{\link{ag_data_open}}
 #' @examples
 #' ag_device("cpu", seed = 1)
 #' gpt <- ag_gpt(vocab = 16, block = 8, layers = 1, width = 16, heads = 2)
 #' idx <- matrix(sample(0:15, 16, TRUE), 2, 8)
 #' as.numeric(gpt$loss(idx, idx))
 #' @export
-ag_gpt <- function(vocab, block, layers, width, heads, dropout = 0, prefix = "", ctx = NULL) {
-  ptr <- .Call(C_rgr_gpt_new, .rg_ctx(ctx),
-               as.numeric(c(vocab, block, layers, width, heads, dropout)), prefix)
+ag_gpt <- function(vocab, block, layers, width, heads, dropout = 0, prefix = "",
+                   checkpoint = FALSE, ctx = NULL) {
+  .rg_gpt(.Call(C_rgr_gpt_new, .rg_ctx(ctx),
+                as.numeric(c(vocab, block, layers, width, heads, dropout,
+                             isTRUE(checkpoint))), prefix))
+}
+
+#' Hugging Face GPT-2 checkpoints
+#'
+#' \code{ag_gpt_load_hf} makes an \code{ag_gpt} from a GPT-2 checkpoint in
+#' Hugging Face's safetensors layout (the \code{model.safetensors} of a
+#' \code{GPT2LMHeadModel} or \code{GPT2Model}, as \code{save_pretrained}
+#' writes it): the sizes come from the tensors' shapes, the heads from
+#' \code{heads} or, when it is 0, from the \code{config.json} in the same
+#' folder, which must also agree with the tensors and describe GPT-2's
+#' computation. Values may be F32, BF16 or F16; the parameters are F32, named as
+#' \code{ag_gpt} names them after \code{prefix}, with dropout 0. Its logits are
+#' the checkpoint's (the package's tests compare them with those of Hugging
+#' Face's transformers). Every name, shape and dtype is checked before any
+#' parameter is made: a file that is not such a GPT-2 signals
+#' \code{resgrad_io} naming what is wrong. Barriers.
+#'
+#' \code{ag_gpt_save_hf} writes a model as such a checkpoint (F32, the head
+#' tied) and replaces the \code{config.json} beside it with a GPT-2's: a folder
+#' holding \code{model.safetensors} and that \code{config.json} loads with
+#' transformers' \code{GPT2LMHeadModel.from_pretrained} and with
+#' \code{ag_gpt_load_hf}. A barrier; atomic; NaN and Inf are refused.
+#'
+#' @param path the \code{.safetensors} file.
+#' @param heads the number of heads; 0 reads \code{n_head} from
+#'   \code{config.json}.
+#' @param prefix the parameters' name prefix.
+#' @param ctx a context; the default one if \code{NULL}.
+#' @param gpt an \code{ag_gpt}.
+#' @return \code{ag_gpt_load_hf}: an \code{ag_gpt}; \code{ag_gpt_save_hf}:
+#'   \code{path}, invisibly.
+#' @examples
+#' ag_device("cpu", seed = 1)
+#' gpt <- ag_gpt(vocab = 16, block = 8, layers = 1, width = 16, heads = 2)
+#' dir <- tempfile()
+#' dir.create(dir)
+#' f <- file.path(dir, "model.safetensors")
+#' ag_gpt_save_hf(gpt, f)
+#' again <- ag_gpt_load_hf(f, prefix = "copy.")
+#' again$config
+#' @export
+ag_gpt_load_hf <- function(path, heads = 0, prefix = "", ctx = NULL) {
+  .rg_gpt(.Call(C_rgr_gpt_load_hf, .rg_ctx(ctx), enc2native(path.expand(path)), heads,
+                prefix))
+}
+
+#' @rdname ag_gpt_load_hf
+#' @export
+ag_gpt_save_hf <- function(gpt, path) {
+  if (!inherits(gpt, "ag_gpt")) stop("ag_gpt_save_hf: gpt must be an ag_gpt")
+  .Call(C_rgr_gpt_save_hf, gpt$ptr, enc2native(path.expand(path)))
+  invisible(path)
+}
+
+# The R object of a GPT's external pointer.
+.rg_gpt <- function(ptr) {
   g <- new.env(parent = emptyenv())
   g$ptr <- ptr
-  g$config <- list(vocab = vocab, block = block, layers = layers, width = width,
-                   heads = heads, dropout = dropout)
+  cfg <- as.list(.Call(C_rgr_gpt_config, ptr))
+  cfg$dropout <- signif(cfg$dropout, 7) # an F32 value
+  cfg$checkpoint <- cfg$checkpoint != 0
+  g$config <- cfg
   g$forward <- function(idx) .Call(C_rgr_gpt_forward, ptr, .rg_ids(idx))
   g$loss <- function(idx, targets, ignore_index = NULL)
     .Call(C_rgr_gpt_loss, ptr, .rg_ids(idx), .rg_ids(targets), ignore_index)

@@ -31,14 +31,18 @@ void rgr_user_drop(rgr_ctx *h) {
   ctx_free_if_unused(h);
 }
 
+void *rgr_addr_of(SEXP p, const char *cls, const char *what, const char *remedy) {
+  if (TYPEOF(p) != EXTPTRSXP || !Rf_inherits(p, cls))
+    rgr_signal(RG_ERR_MISUSE, "not a resgrad %s (%s)", what, remedy);
+  void *addr = R_ExternalPtrAddr(p);
+  if (!addr)
+    rgr_signal(RG_ERR_MISUSE, "this resgrad %s no longer exists (it was restored from a "
+               "saved R session, or finalized): %s", what, remedy);
+  return addr;
+}
+
 rgr_ctx *rgr_holder(SEXP cx) {
-  if (TYPEOF(cx) != EXTPTRSXP || !Rf_inherits(cx, "ag_context"))
-    rgr_signal(RG_ERR_MISUSE, "not a resgrad context (make one with ag_device())");
-  rgr_ctx *h = R_ExternalPtrAddr(cx);
-  if (!h)
-    rgr_signal(RG_ERR_MISUSE, "this resgrad context no longer exists (it was restored "
-               "from a saved R session, or finalized): open one with ag_device()");
-  return h;
+  return rgr_addr_of(cx, "ag_context", "context", "open one with ag_device()");
 }
 
 rg_ctx *rgr_ctx_ptr(SEXP cx) {
@@ -82,6 +86,14 @@ static int opt_int(SEXP opts, const char *name, int dflt) {
   return dflt;
 }
 
+/* The element of opts named name, or R_NilValue. */
+static SEXP opt_get(SEXP opts, const char *name) {
+  SEXP names = Rf_getAttrib(opts, R_NamesSymbol);
+  for (R_xlen_t i = 0; i < Rf_xlength(opts); i++)
+    if (!strcmp(CHAR(STRING_ELT(names, i)), name)) return VECTOR_ELT(opts, i);
+  return R_NilValue;
+}
+
 static double opt_num(SEXP opts, const char *name) {
   SEXP names = Rf_getAttrib(opts, R_NamesSymbol);
   for (R_xlen_t i = 0; i < Rf_xlength(opts); i++)
@@ -110,7 +122,15 @@ SEXP rgr_open(SEXP device, SEXP opts) {
   o.check = opt_int(opts, "check", 0);
   o.threads = opt_int(opts, "threads", 0);
   o.quiet = opt_int(opts, "quiet", 1);
-  o.trace = opt_int(opts, "trace", 0);
+  /* trace: TRUE/1 prints each drained node; a file name writes a Chrome trace there. */
+  SEXP trace = opt_get(opts, "trace");
+  if (Rf_isString(trace)) {
+    if (XLENGTH(trace) != 1 || STRING_ELT(trace, 0) == NA_STRING)
+      rgr_signal(RG_ERR_MISUSE, "ag_device: trace must be TRUE, FALSE or one file name");
+    o.trace_path = Rf_translateChar(STRING_ELT(trace, 0));
+  } else {
+    o.trace = opt_int(opts, "trace", 0);
+  }
   o.tf32 = opt_int(opts, "tf32", 0);
   o.bf16 = opt_int(opts, "bf16", 0);
   o.check_finite = opt_int(opts, "check_finite", 0);
@@ -126,7 +146,9 @@ SEXP rgr_open(SEXP device, SEXP opts) {
                rg_status_str(st),
                st == RG_ERR_UNSUPPORTED ? ": this build or machine has no CUDA device; "
                                           "use ag_device(\"cpu\") or \"auto\""
-                                        : "");
+               : st == RG_ERR_IO ? ": the trace file cannot be written; give a path in a "
+                                   "writable folder"
+                                 : "");
   }
   return rgr_make_ptr(h, R_NilValue, ctx_finalize, "ag_context");
 }
@@ -214,4 +236,69 @@ SEXP rgr_stats(SEXP cx) {
 SEXP rgr_stats_reset(SEXP cx) {
   rg_stats_reset(rgr_ctx_ptr(cx));
   return R_NilValue;
+}
+
+SEXP rgr_reset(SEXP cx, SEXP pool) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  rgr_check(ctx, rg_reset(ctx, (rg_pool)Rf_asInteger(pool)));
+  return R_NilValue;
+}
+
+SEXP rgr_device_memory(SEXP cx) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  size_t avail = 0, total = 0;
+  rgr_check(ctx, rg_device_memory(ctx, &avail, &total));
+  static const char *const names[] = {"available", "total"};
+  const double v[] = {(double)avail, (double)total};
+  return rgr_named_reals(names, v, 2);
+}
+
+SEXP rgr_label_push(SEXP cx, SEXP label) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  if (!Rf_isString(label) || XLENGTH(label) != 1 || STRING_ELT(label, 0) == NA_STRING)
+    rgr_signal(RG_ERR_MISUSE, "ag_with_label: label must be one string");
+  rg_label_push(ctx, Rf_translateCharUTF8(STRING_ELT(label, 0)));
+  return R_NilValue;
+}
+
+SEXP rgr_label_pop(SEXP cx) {
+  rg_label_pop(rgr_ctx_ptr(cx));
+  return R_NilValue;
+}
+
+/* rg_dump_handles' lines, in two passes: one measures them, the second copies them into R's
+   transient memory (freed when the call ends or unwinds). The callbacks run inside the
+   library, where an R allocation's error would unwind past it, so they allocate nothing;
+   nothing changes the context between the passes. */
+typedef struct dump_buf { char *text; size_t len, cap; int lines; } dump_buf;
+
+static void dump_line(void *user, const char *text) {
+  dump_buf *b = user;
+  size_t n = strlen(text) + 1;
+  if (b->text) {
+    if (b->len + n > b->cap) return;
+    memcpy(b->text + b->len, text, n);
+  }
+  b->len += n;
+  b->lines++;
+}
+
+SEXP rgr_dump_handles(SEXP cx, SEXP pool) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  int p = Rf_asInteger(pool);
+  dump_buf b = {NULL, 0, 0, 0};
+  rg_dump_handles(ctx, p, dump_line, &b);
+  b.cap = b.len;
+  b.text = R_alloc(b.cap + 1, 1);
+  b.len = 0;
+  b.lines = 0;
+  rg_dump_handles(ctx, p, dump_line, &b);
+  SEXP out = PROTECT(Rf_allocVector(STRSXP, b.lines));
+  const char *text = b.text;
+  for (int i = 0; i < b.lines; i++) {
+    SET_STRING_ELT(out, i, Rf_mkCharCE(text, CE_UTF8));
+    text += strlen(text) + 1;
+  }
+  UNPROTECT(1);
+  return out;
 }

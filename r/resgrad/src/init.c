@@ -30,7 +30,11 @@
   X(rgr_nn_layernorm, 4) X(rgr_gpt_new, 3) X(rgr_gpt_forward, 2) X(rgr_gpt_loss, 4)        \
   X(rgr_gpt_param_count, 1) X(rgr_version, 0) X(rgr_ctx_of_tensor, 1) X(rgr_ctx_of_optim, 1) \
   X(rgr_ring_new, 4) X(rgr_ring_push, 2) X(rgr_ring_gather, 2) X(rgr_ring_sample, 2)        \
-  X(rgr_ring_count, 1) X(rgr_ring_free, 1) X(rgr_checkpoint_begin, 1) X(rgr_checkpoint_end, 2)
+  X(rgr_ring_count, 1) X(rgr_ring_free, 1) X(rgr_checkpoint_begin, 1) X(rgr_checkpoint_end, 2) \
+  X(rgr_data_open, 3) X(rgr_data_batch, 4) X(rgr_data_seek, 2) X(rgr_data_info, 1)          \
+  X(rgr_data_close, 1) X(rgr_gpt_load_hf, 4) X(rgr_gpt_save_hf, 2) X(rgr_gpt_config, 1)     \
+  X(rgr_reset, 2) X(rgr_device_memory, 1) X(rgr_label_push, 2) X(rgr_label_pop, 1)          \
+  X(rgr_dump_handles, 2)
 
 RGR_ROUTINES(RGR_DECL)
 #undef RGR_DECL

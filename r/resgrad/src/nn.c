@@ -1,7 +1,9 @@
 /*
  * nn.c - the layers of resgrad_nn.h: linear, embedding, layer norm (their parameters
  * made by the library's init functions, their forward passes recorded from R with the
- * ops), and the GPT model, an external pointer (class "ag_gpt_ptr") to its rg_gpt.
+ * ops), and the GPT model, an external pointer (class "ag_gpt_ptr") to its rg_gpt, made
+ * by rg_gpt_new or from a Hugging Face GPT-2 checkpoint (rg_gpt_load_hf; rg_gpt_save_hf
+ * writes one).
  *
  * rg_gpt_free frees only the model's small host struct (the parameters belong to the
  * context), so its finalizer is safe after the context closed; the model still holds a
@@ -59,29 +61,57 @@ static void gpt_finalize(SEXP p) {
 }
 
 static rg_gpt *gpt_of(SEXP p) {
-  if (TYPEOF(p) != EXTPTRSXP || !Rf_inherits(p, "ag_gpt_ptr"))
-    rgr_signal(RG_ERR_MISUSE, "not a resgrad GPT model");
-  rgr_gpt *m = R_ExternalPtrAddr(p);
-  if (!m) rgr_signal(RG_ERR_MISUSE, "this GPT model no longer exists (a saved session?)");
+  rgr_gpt *m = rgr_addr_of(p, "ag_gpt_ptr", "GPT model",
+                           "make one with ag_gpt() or ag_gpt_load_hf()");
   rgr_ctx_ptr(R_ExternalPtrProtected(p));
   return m->g;
 }
 
-SEXP rgr_gpt_new(SEXP cx, SEXP cfg, SEXP prefix) {
+/* A GPT's external pointer for g (NULL: the context's sticky error as a condition). */
+static SEXP wrap_gpt(SEXP cx, rg_gpt *g) {
   rg_ctx *ctx = rgr_ctx_ptr(cx);
-  const double *v = REAL(cfg); /* vocab, block, layers, width, heads, dropout */
-  rg_gpt_config c = {(int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3],
-                     (int64_t)v[4], (float)v[5]};
+  if (!g) rgr_fail(ctx);
   rgr_gpt *m = malloc(sizeof *m);
-  if (!m) rgr_signal(RG_ERR_OOM, "ag_gpt: out of host memory");
-  m->g = rg_gpt_new(ctx, &c, CHAR(STRING_ELT(prefix, 0)));
-  if (!m->g) {
-    free(m);
-    rgr_fail(ctx);
+  if (!m) {
+    rg_gpt_free(g);
+    rgr_signal(RG_ERR_OOM, "ag_gpt: out of host memory");
   }
+  m->g = g;
   m->h = rgr_holder(cx);
   rgr_user_add(m->h);
   return rgr_make_ptr(m, cx, gpt_finalize, "ag_gpt_ptr");
+}
+
+SEXP rgr_gpt_new(SEXP cx, SEXP cfg, SEXP prefix) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  const double *v = REAL(cfg); /* vocab, block, layers, width, heads, dropout, checkpoint */
+  rg_gpt_config c = {(int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3],
+                     (int64_t)v[4], (float)v[5], v[6] != 0};
+  return wrap_gpt(cx, rg_gpt_new(ctx, &c, CHAR(STRING_ELT(prefix, 0))));
+}
+
+SEXP rgr_gpt_load_hf(SEXP cx, SEXP path, SEXP heads, SEXP prefix) {
+  rg_ctx *ctx = rgr_ctx_ptr(cx);
+  long long h = rgr_int_arg(heads, "heads");
+  return wrap_gpt(cx, rg_gpt_load_hf(ctx, Rf_translateChar(STRING_ELT(path, 0)), h,
+                                     CHAR(STRING_ELT(prefix, 0))));
+}
+
+SEXP rgr_gpt_save_hf(SEXP p, SEXP path) {
+  rg_gpt *g = gpt_of(p);
+  rgr_check(rgr_ctx_ptr(R_ExternalPtrProtected(p)),
+            rg_gpt_save_hf(g, Rf_translateChar(STRING_ELT(path, 0))));
+  return R_NilValue;
+}
+
+static const char *const config_names[] = {"vocab", "block", "layers", "width", "heads",
+                                           "dropout", "checkpoint"};
+
+SEXP rgr_gpt_config(SEXP p) {
+  const rg_gpt_config *c = rg_gpt_config_of(gpt_of(p));
+  const double v[] = {(double)c->vocab, (double)c->block, (double)c->layers,
+                      (double)c->width, (double)c->heads, c->dropout, c->checkpoint};
+  return rgr_named_reals(config_names, v, 7);
 }
 
 SEXP rgr_gpt_forward(SEXP p, SEXP idx) {

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rgr_dep { rgr_ctx *h; void *obj; } rgr_dep;
-
 static void optim_finalize(SEXP p) {
   rgr_dep *d = R_ExternalPtrAddr(p);
   if (!d) return;
@@ -37,11 +35,10 @@ static SEXP wrap_optim(SEXP cx, rg_optim *o) {
 }
 
 static rg_optim *optim_of(SEXP p) {
-  if (TYPEOF(p) != EXTPTRSXP || !Rf_inherits(p, "ag_optim_ptr"))
-    rgr_signal(RG_ERR_MISUSE, "not a resgrad optimizer");
-  rgr_dep *d = R_ExternalPtrAddr(p);
-  if (!d || !d->obj)
-    rgr_signal(RG_ERR_MISUSE, "this optimizer was freed (or restored from a saved session)");
+  rgr_dep *d = rgr_addr_of(p, "ag_optim_ptr", "optimizer",
+                           "make one with optimizer_adamw() or optimizer_sgd()");
+  if (!d->obj)
+    rgr_signal(RG_ERR_MISUSE, "this optimizer was freed ($free()): make another one");
   rgr_ctx_ptr(R_ExternalPtrProtected(p)); /* signals when the context was closed */
   return d->obj;
 }

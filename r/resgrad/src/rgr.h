@@ -12,6 +12,9 @@
  *    pointer, so a context outlives every tensor R can still reach. A handle is a value
  *    (generation-checked): releasing an R tensor frees nothing, and a handle kept past
  *    ag_step_begin is stale, which the library reports and R signals as a condition.
+ *  - Datasets (ag_data_open) hold a claim on their context's holder as optimizers do, and
+ *    for the same reason: rg_close frees them, so each is freed by the package only while
+ *    its context is open.
  *  - A closed context (ag_close, or a tensor restored from a saved session) has ctx ==
  *    NULL; every call through it signals a resgrad_error condition.
  *  - Errors become R conditions (rgr_fail, rgr_signal) only after every buffer this
@@ -43,6 +46,11 @@ typedef struct rgr_ctx {
 
 typedef struct rgr_enum { const char *name; int value; } rgr_enum;
 
+/* What an optimizer's or a dataset's external pointer holds: the library's object (NULL
+   once freed) and a claim on its context's holder (rgr_user_add). rg_close frees such
+   objects itself, so they are freed by the package only while h->ctx is open. */
+typedef struct rgr_dep { rgr_ctx *h; void *obj; } rgr_dep;
+
 /* errors.c */
 RGR_NORET void rgr_fail(rg_ctx *ctx);
 RGR_NORET void rgr_signal(rg_status st, const char *fmt, ...)
@@ -61,6 +69,11 @@ SEXP rgr_ctx_of_args(SEXP *ts, int n); /* the context of the tensors among ts (a
 void rgr_user_add(rgr_ctx *h);
 void rgr_user_drop(rgr_ctx *h);      /* closes and frees h when it was the last need */
 
+void *rgr_addr_of(SEXP p, const char *cls, const char *what, const char *remedy);
+                                     /* the address of an external pointer of class cls,
+                                        else a condition naming what it should be and the
+                                        remedy (also for one restored from a saved
+                                        session, whose address is NULL) */
 SEXP rgr_make_ptr(void *addr, SEXP prot, R_CFinalizer_t fin, const char *cls);
                                      /* an external pointer with a finalizer (run at exit
                                         too) and a class */
