@@ -1372,7 +1372,8 @@ static void run_oom_and_sync(void) {
 }
 
 /* The tiny GPT-2 that transformers made (tests/data/hf_gpt2_tiny) loaded on the GPU gives
-   transformers' logits within 1e-4 (strict F32 products), and exported from the GPU it
+   transformers' logits within 1e-4 (strict F32 products) and its greedy continuation
+   (rg_gpt_generate, the decode steps replayed as graphs), and exported from the GPU it
    loads back to the same logits. */
 static void run_hf(void) {
   rg_ctx *g = NULL;
@@ -1389,6 +1390,19 @@ static void run_hf(void) {
           err);
     printf("%-14s max |logit - transformers'| %.2e (%s)\n", pass ? "hf-exported" : "hf", err,
            path);
+    if (!pass && gpt) { /* generation on the GPU: transformers' tokens, decode steps replayed */
+      rg_stats s0, s1;
+      rg_stats_get(g, &s0);
+      int diff = hf_greedy_diff(g, gpt);
+      rg_stats_get(g, &s1);
+      CHECK(diff == 0, "hf: greedy generation on CUDA: %d of 16 tokens differ from "
+            "transformers'", diff);
+      CHECK(s1.graph_replays - s0.graph_replays >= 4, "hf: 7 decode steps replayed %llu "
+            "graphs (a step's nodes must be the same at every position)",
+            (unsigned long long)(s1.graph_replays - s0.graph_replays));
+      printf("%-14s greedy tokens: %d of 16 differ; %llu graph replays\n", "hf-generate", diff,
+             (unsigned long long)(s1.graph_replays - s0.graph_replays));
+    }
     if (!pass && gpt) {
       mkdir("hf_export", 0755);
       CHECK_ST(g, rg_gpt_save_hf(gpt, "hf_export/model.safetensors"), RG_OK);
