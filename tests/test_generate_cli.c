@@ -11,9 +11,10 @@
  *    configuration, and the same twice;
  *  - --tokens-file reads one prompt a line; --echo prints the prompt first; --stop ends
  *    a row;
- *  - a text --prompt goes through GPT-2's tokenizer (tests/data/bpe, --tokenizer) and
- *    the new tokens come back as its text: the library's tokens for the encoded prompt,
- *    decoded;
+ *  - a text --prompt (or --prompt-file) goes through GPT-2's tokenizer (tests/data/bpe,
+ *    --tokenizer) and the new tokens come back as its text: the library's tokens for the
+ *    encoded prompt, decoded (as ids with --format ids; ids in, text out with --format
+ *    text);
  *  - a resgrad-train text checkpoint continues a text --prompt through its bytes, and a
  *    checkpoint of resgrad-train --init-hf (0 steps: the fixture's weights, positions
  *    beyond its training windows) generates what the fixture does;
@@ -196,6 +197,29 @@ static void bpe_text(result *r) {
   run_program(r, "", prog, args);
   CHECK(r->code == 0 && !strcmp(r->out, want), "--prompt printed '%s' (exit %d), the library "
         "'%s': %s", r->out, r->code, want, r->err);
+  /* the same prompt from a file, and the ids instead of the text */
+  FILE *pf = fopen("prompt.txt", "w");
+  if (pf) {
+    fputs(text, pf);
+    fclose(pf);
+  }
+  snprintf(args, sizeof args, "--device cpu --quiet --model %s --tokenizer '%s' --prompt-file "
+           "prompt.txt --max-new %d", folder, tok, NEW);
+  run_program(r, "", prog, args);
+  CHECK(r->code == 0 && !strcmp(r->out, want), "--prompt-file printed '%s' (exit %d), the "
+        "library '%s': %s", r->out, r->code, want, r->err);
+  snprintf(args, sizeof args, "--device cpu --quiet --model %s --tokenizer '%s' --prompt \"%s\" "
+           "--max-new %d --format ids", folder, tok, text, NEW);
+  run_program(r, "", prog, args);
+  same_rows("--prompt --format ids", r, out, 1);
+  char list[512] = "";
+  for (int64_t i = 0; i < n && i < 64; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", ids[i]);
+  snprintf(args, sizeof args, "--device cpu --quiet --model %s --tokenizer '%s' --tokens %s "
+           "--max-new %d --format text", folder, tok, list, NEW);
+  run_program(r, "", prog, args);
+  CHECK(r->code == 0 && !strcmp(r->out, want), "--tokens --format text printed '%s' (exit "
+        "%d), the library '%s': %s", r->out, r->code, want, r->err);
   /* the model's folder has no tokenizer: the error says what to give */
   expect_exit("", prog, 2, "--tokenizer PATH", "--device cpu --model bpe_model --prompt hi");
   rg_gpt_free(g);

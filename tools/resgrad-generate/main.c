@@ -46,7 +46,7 @@ static int print_row(const gopts *o, const codec *c, const prompts *p, int64_t r
   int64_t n = 0;
   while (n < o->max_new && out[n] >= 0) n++;
   const int32_t *in = p->ids + r * p->len;
-  if (!c) {
+  if (!strcmp(o->format, "ids")) {
     for (int64_t t = 0; o->echo && t < p->lens[r]; t++) printf("%s%d", t ? "," : "", in[t]);
     if (o->echo) printf(" | ");
     for (int64_t t = 0; t < n; t++) printf("%s%d", t ? "," : "", out[t]);
