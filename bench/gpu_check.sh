@@ -14,7 +14,8 @@
 #   train      resgrad-train --device cuda on its default task, with --save and --plot;
 #              then bench/torch_ckpt.py loads the checkpoint into PyTorch (TORCH_REF)
 #   work       bench/workloads on the GPU (WORKLOADS, default mlp-small gpt-char)
-#   ckpt       activation checkpointing: gpt2-124m in bf16 (B8 T1024) without and with
+#   ckpt       activation checkpointing: gpt2-124m in bf16 (B8 T1024) with the loss's head
+#              whole (--head-chunk -1), then in chunks (the default) without and with
 #              --checkpoint (peak_mib, ms_median), then --max-batch without and with
 #   profile    RG_PROFILE=1 bench/workloads (WORKLOADS, MODES' first mode): device time
 #              per op, printed by rg_close
@@ -92,7 +93,7 @@ for stage in "$@"; do
       tee "$out/workloads.log"
     verdict work "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
   ckpt)
-    for flag in "" --checkpoint; do # shellcheck disable=SC2086
+    for flag in "--head-chunk -1" "" --checkpoint; do # shellcheck disable=SC2086
       $B/workloads --device cuda --mode bf16 --steps 20 --warm 5 $TUNEFLAG $flag gpt2-124m
     done 2>&1 | tee "$out/ckpt.log"
     rc=${PIPESTATUS[0]}

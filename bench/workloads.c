@@ -6,7 +6,8 @@
  * training loop over a host-side dataset does.
  *
  * usage:  workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload]
- *                   [--distributed] [--tune] [--checkpoint] [--max-batch]
+ *                   [--distributed] [--tune] [--checkpoint] [--head-chunk N] [--max-batch]
+ *                   [--dry-run]
  *                   [--steps N] [--warm N] [--mlp A,B,...] [--gpt V,T,L,C,H] [--batch N]
  *                   [workload ...]
  *         workloads: mlp-small mlp-wide gpt-char gpt2-124m (default: mlp-small gpt-char),
@@ -35,6 +36,13 @@
  * --checkpoint: the GPT workloads with each block an activation checkpoint region
  *         (rg_gpt_config.checkpoint): compare peak_mib and ms_median with a run without.
  *         The MLPs have no blocks: it changes nothing there. "checkpoint" in the output.
+ * --head-chunk N: the GPT workloads' rg_gpt_config.head_chunk (0, the default: the
+ *         library's; -1: the loss's head never in chunks). "head_chunk" in the output.
+ * --dry-run: rg_options.dry_run: the steps are recorded and the pools count their bytes
+ *         as the device's would (peak_mib exact), but nothing runs, so the times and
+ *         losses mean nothing. --device cpu records the same tensors as a GPU, so it
+ *         gives a GPU's peak_mib on any machine. Not with --max-batch (a dry run has no
+ *         memory to run out of).
  * --batch N: N rows (MLP) or sequences (GPT) a step instead of the workload's own (and
  *         the batch of --mlp and --gpt).
  * --max-batch: instead of timing, the largest batch that trains (a step runs without
@@ -72,6 +80,8 @@ static const work WORK[] = {
 /* As torch_ref.py, the batch is made once and stays on the device (rg_constant);
    --upload makes every step upload it with rg_input instead. */
 static int upload, distributed, tune, checkpoint;
+static long long head_chunk;
+static int dry;
 
 typedef struct model {
   const work *w;
@@ -110,7 +120,7 @@ static int build(rg_ctx *ctx, model *m) {
     return rg_error(ctx) == RG_OK;
   }
   rg_gpt_config cfg = {.vocab = w->V, .block = w->T, .layers = w->L, .width = w->C, .heads = w->H,
-                       .checkpoint = checkpoint};
+                       .checkpoint = checkpoint, .head_chunk = head_chunk};
   m->gpt = rg_gpt_new(ctx, &cfg, NULL);
   int64_t n = w->B * w->T;
   m->xi = malloc(sizeof(int32_t) * (size_t)n);
@@ -166,7 +176,8 @@ static int mode_of(const char *name) {
 static int run(const work *w, rg_device dev, int mode, int steps, int warm, int quiet) {
   rg_ctx *ctx = NULL;
   rg_status st = rg_open(&ctx, &(rg_options){.device = dev, .quiet = 1, .tf32 = mode != F32,
-                                             .bf16 = mode == BF16, .gemm_tune = tune});
+                                             .bf16 = mode == BF16, .gemm_tune = tune,
+                                             .dry_run = dry});
   if (st != RG_OK) {
     fprintf(stderr, "workloads: rg_open: %s\n", rg_status_str(st));
     return 1;
@@ -204,7 +215,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm, int 
            "\"down_bytes_per_step\":%.0f,\"nodes_per_step\":%.1f,\"launches_per_step\":%.1f,"
            "\"graph_replays\":%llu,"
            "\"steps\":%d,\"loss0\":%.4f,\"loss_last\":%.4f,\"world\":%d,\"tune\":%d,"
-           "\"checkpoint\":%d,\"batch\":%lld}\n",
+           "\"checkpoint\":%d,\"head_chunk\":%lld,\"batch\":%lld}\n",
            w->name, MODES[mode], upload ? "upload" : "resident", rg_device_name(ctx), med * 1e3, ts[0] * 1e3, tr[steps / 2] * 1e3, flops_of(ctx, w) / med / 1e12,
            (double)(s1.pass_peak + s1.persistent_peak) / 1048576.0,
            (double)s1.device_peak / 1048576.0,
@@ -212,7 +223,7 @@ static int run(const work *w, rg_device dev, int mode, int steps, int warm, int 
            (double)(s1.nodes_executed - s0.nodes_executed) / steps,
            (double)(s1.launches - s0.launches) / steps,
            (unsigned long long)(s1.graph_replays - s0.graph_replays), steps, loss0, l,
-           rg_dist_world(ctx), tune, checkpoint, (long long)w->B);
+           rg_dist_world(ctx), tune, checkpoint, head_chunk, (long long)w->B);
   }
   fflush(stdout);
   rg_optim_free(opt);
@@ -277,8 +288,8 @@ static int max_batch(const work *w, rg_device dev, int mode) {
     t.B = ok + (bad - ok) / 2;
     *(run(&t, dev, mode, 1, 1, 1) ? &bad : &ok) = t.B;
   }
-  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"checkpoint\":%d,\"max_batch\":%lld}\n",
-         w->name, MODES[mode], checkpoint, (long long)ok);
+  printf("{\"work\":\"%s\",\"mode\":\"%s\",\"checkpoint\":%d,\"head_chunk\":%lld,"
+         "\"max_batch\":%lld}\n", w->name, MODES[mode], checkpoint, head_chunk, (long long)ok);
   fflush(stdout);
   return ok == 0;
 }
@@ -305,6 +316,10 @@ int main(int argc, char **argv) {
       tune = 1;
     } else if (!strcmp(argv[i], "--checkpoint")) {
       checkpoint = 1;
+    } else if (!strcmp(argv[i], "--head-chunk") && i + 1 < argc) {
+      head_chunk = atoll(argv[++i]);
+    } else if (!strcmp(argv[i], "--dry-run")) {
+      dry = 1;
     } else if (!strcmp(argv[i], "--batch") && i + 1 < argc && atoll(argv[i + 1]) > 0) {
       batch = atoll(argv[++i]);
     } else if (!strcmp(argv[i], "--max-batch")) {
@@ -319,13 +334,18 @@ int main(int argc, char **argv) {
       names[nnames++] = argv[i];
     } else {
       fprintf(stderr, "usage: workloads [--device auto|cpu|cuda] [--mode f32|tf32|bf16] [--upload] [--distributed] [--tune] "
-              "[--checkpoint] [--max-batch] [--steps N] [--warm N] "
+              "[--checkpoint] [--head-chunk N] [--max-batch] [--dry-run] [--steps N] [--warm N] "
               "[--mlp A,B,... | --gpt V,T,L,C,H] [--batch N] "
               "[mlp-small|mlp-wide|gpt-char|gpt2-124m|mlp=AxB.../bN|gpt=VxTxLxCxH/bN ...]\n");
       return 2;
     }
   }
   if (steps < 1) steps = 1;
+  if (dry && search) {
+    fprintf(stderr, "workloads: --dry-run with --max-batch: a dry run has no memory to run "
+            "out of; measure peak_mib with --dry-run and --batch N instead\n");
+    return 2;
+  }
   if (mlp && nnames < 8)
     names[nnames++] = shape_name(mlp_name, sizeof mlp_name, "mlp", mlp, batch ? (long)batch : 64);
   if (gpt && nnames < 8)

@@ -44,8 +44,9 @@ int main(int argc, char **argv) {
                     "BLOCK CHECKPOINT\n");
     return 2;
   }
-  rg_gpt_config cfg = {atoll(argv[4]), atoll(argv[5]), atoll(argv[1]), atoll(argv[2]),
-                       atoll(argv[3]), 0.0f, 0};
+  rg_gpt_config cfg = {.vocab = atoll(argv[4]), .block = atoll(argv[5]),
+                       .layers = atoll(argv[1]), .width = atoll(argv[2]),
+                       .heads = atoll(argv[3])};
   const char *path = argv[6];
   if (cfg.vocab < 1 || cfg.block < 1) {
     fprintf(stderr, "gpt_loss: VOCAB and BLOCK must be positive\n");

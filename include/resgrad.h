@@ -541,7 +541,8 @@ RG_API rg_status rg_zero_grad(rg_ctx *ctx);
    of all its activations, the backward pass one region's activations at a time; the
    price is the region's forward ops run twice. It all stays in the one recorded pass (one
    drain, one CUDA graph), and the gradients are bit-identical to the same pass without
-   regions. A transformer block is the usual region (rg_gpt_config.checkpoint):
+   regions. A transformer block is the usual region (rg_gpt_config.checkpoint, which
+   also makes each row chunk of a GPT loss's head one: rg_gpt_loss, resgrad_nn.h):
 
      rg_checkpoint_begin(ctx);
      x = rg_nn_block_forward(ctx, &block, x);

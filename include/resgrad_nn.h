@@ -148,7 +148,13 @@ typedef struct rg_gpt_config {
   float dropout;  /* p in [0, 1) after embeddings, attention and MLP; 0 = none */
   int checkpoint; /* 1: each block is an activation checkpoint region (rg_checkpoint_begin):
                      the forward keeps a block's output, rg_backward recomputes the rest;
-                     the same gradients bit for bit, for less memory and more compute */
+                     and so is each chunk of the loss's head (head_chunk): its logits are
+                     recomputed too. The same gradients bit for bit, for less memory and
+                     more compute */
+  int64_t head_chunk; /* the most logits (rows x vocab) rg_gpt_loss makes at once: above
+                     it the head runs in row chunks of at least one row (see rg_gpt_loss);
+                     0: 2^26 (at GPT-2's vocabulary, 1024 of B8 T1024's 8192 rows a
+                     chunk), < 0: never */
 } rg_gpt_config;
 
 /* GPT-2 (structure and initialisation as the GPT of torch_ref.py, the PyTorch reference
@@ -189,7 +195,17 @@ RG_API rg_gpt *rg_gpt_new(rg_ctx *ctx, const rg_gpt_config *cfg, const char *pre
 RG_API rg_tensor rg_gpt_forward(rg_gpt *gpt, rg_tensor idx);
 /* Mean cross-entropy of rg_gpt_forward(idx) against targets I32 [B, T]: a scalar,
    recorded under the label "loss". The _ignore variant skips targets equal to
-   ignore_index (mean over the rest; e.g. -1 for padding or prompt positions). */
+   ignore_index (mean over the rest; e.g. -1 for padding or prompt positions).
+   When the logits (B T x vocab) would exceed cfg.head_chunk, the tied linear and the
+   cross-entropy run on K chunks of rows (K the least power of two that brings a chunk
+   under it, ceil(B T / K) rows each but the last) and the chunks' means are combined
+   into the mean over every row that takes part (the same value but for float rounding):
+   the whole logits never exist at once, and with cfg.checkpoint each chunk is a
+   checkpoint region, so at most one chunk's logits and their gradient do. Chunking
+   depends on the shapes and the config, never on cfg.checkpoint: a model's gradients
+   with and without regions stay equal bit for bit. The _ignore variant chunks only
+   when vocab and |ignore_index| are below 2^24 (its counts are taken in float).
+   rg_gpt_forward never chunks: it returns the whole logits. */
 RG_API rg_tensor rg_gpt_loss(rg_gpt *gpt, rg_tensor idx, rg_tensor targets);
 RG_API rg_tensor rg_gpt_loss_ignore(rg_gpt *gpt, rg_tensor idx, rg_tensor targets,
                                     int ignore_index);

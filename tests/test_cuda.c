@@ -1065,15 +1065,18 @@ static void run_checkpoint(void) {
 
 /* Activation checkpointing: a GPT with dropout, every block a region, trained S identical
    steps beside the same GPT without regions (f32 and bf16, cuDNN's attention included
-   where the build has it): the same losses and weights bit for bit after S AdamW steps
-   (so the same gradients), one graph captured and replayed as without regions, and a
-   lower pass-pool peak. */
+   where the build has it; the loss's head whole, and in 8 chunks of 128 rows, each a
+   region too: rg_gpt_config.head_chunk): the same losses and weights bit for bit after S
+   AdamW steps (so the same gradients), one graph captured and replayed as without
+   regions, and a lower pass-pool peak. */
 static void run_ckpt_act(void) {
   enum { S = 5, B = 2, T = 512, V = 97 };
   static int32_t idx[B * T], tg[B * T];
   for (int i = 0; i < B * T; i++) idx[i] = (i * 7) % V, tg[i] = (i * 11 + 3) % V;
-  for (int bf = 0; bf < 2; bf++) {
-    const char *what = bf ? "bf16" : "f32";
+  for (int run = 0; run < 4; run++) {
+    int bf = run & 1, chunks = run >> 1;
+    const char *what = chunks ? (bf ? "bf16, head in chunks" : "f32, head in chunks")
+                              : (bf ? "bf16" : "f32");
     rg_ctx *c[2] = {NULL, NULL};
     rg_gpt *g[2] = {NULL, NULL};
     rg_optim *opt[2] = {NULL, NULL};
@@ -1084,7 +1087,8 @@ static void run_ckpt_act(void) {
       CHECK(c[k] != NULL, "ckpt-act: no CUDA context");
       if (!c[k]) return;
       rg_gpt_config cfg = {.vocab = V, .block = T, .layers = 3, .width = 128, .heads = 2,
-                           .dropout = 0.1f, .checkpoint = k};
+                           .dropout = 0.1f, .checkpoint = k,
+                           .head_chunk = chunks ? 128 * V : 0};
       g[k] = rg_gpt_new(c[k], &cfg, NULL);
       opt[k] = rg_optim_adamw(c[k], &(rg_adamw_options){.lr = 1e-3f});
       for (int s = 0; s < S; s++) {

@@ -386,7 +386,8 @@ static void test_refused(void) {
   /* a resgrad checkpoint of the same GPT */
   rg_ctx *ctx = open_cpu();
   if (!ctx) return;
-  rg_gpt_config gc = {HF_V, HF_T, HF_L, HF_C, HF_H, 0, 0};
+  rg_gpt_config gc = {.vocab = HF_V, .block = HF_T, .layers = HF_L, .width = HF_C,
+                      .heads = HF_H};
   rg_gpt *g = rg_gpt_new(ctx, &gc, NULL);
   CHECK_ST(ctx, g ? rg_save(ctx, "bad/resgrad.safetensors", NULL) : rg_error(ctx), RG_OK);
   rg_gpt_free(g);

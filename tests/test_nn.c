@@ -5,7 +5,8 @@
  * What is checked: a linear layer equals x w^T + b computed by hand (layernorm and
  * embedding likewise); the attention layer equals a double-precision reference that
  * splits heads as GPT-2 does (so PyTorch checkpoints map by name and layout); every
- * gradient of a small GPT matches central differences; a GPT's parameter names, shapes,
+ * gradient of a small GPT matches central differences (also with its loss's head in row
+ * chunks, with regions and with an ignore index); a GPT's parameter names, shapes,
  * order, count and initialisation are as documented; a checkpoint restores it by name
  * into a model built elsewhere; its loss at initialisation is ln V; two runs with one
  * seed give bit-identical losses, whatever the thread count; misuse is RG_ERR_MISUSE with
@@ -239,22 +240,31 @@ static void test_attention(void) {
 
 /* ---- gradients of the whole GPT against finite differences ----------------------------- */
 
-typedef struct gc_user { rg_gpt *g; } gc_user;
+typedef struct gc_user { rg_gpt *g; int ignore; } gc_user;
 static const int32_t gc_idx[2 * 6] = {1, 2, 3, 4, 5, 0, 3, 3, 1, 0, 2, 4};
 static const int32_t gc_tgt[2 * 6] = {2, 3, 4, 5, 0, 1, 3, 1, 0, 2, 4, 5};
+/* with the ignore index 3 (a class id, so targets lie above and below it): a whole chunk
+   of 3 rows (head_chunk 21) and two other rows */
+static const int32_t gc_ign[2 * 6] = {2, 3, 4, 3, 3, 3, 5, 1, 0, 2, 3, 6};
 
 static rg_tensor gc_loss(rg_ctx *ctx, void *user) {
   const int64_t d[2] = {2, 6};
-  return rg_gpt_loss(((gc_user *)user)->g, rg_input(ctx, RG_I32, 2, d, gc_idx),
-                     rg_input(ctx, RG_I32, 2, d, gc_tgt));
+  gc_user *u = user;
+  rg_tensor idx = rg_input(ctx, RG_I32, 2, d, gc_idx);
+  if (u->ignore) return rg_gpt_loss_ignore(u->g, idx, rg_input(ctx, RG_I32, 2, d, gc_ign), 3);
+  return rg_gpt_loss(u->g, idx, rg_input(ctx, RG_I32, 2, d, gc_tgt));
 }
 
-static void test_gradcheck(void) {
-  printf("gradcheck: every parameter element of a GPT (V=7 T=6 L=2 C=8 H=2), weights "
-         "perturbed by U(-0.3, 0.3), against central differences (eps 1e-2)\n");
+/* head_chunk 21: the loss's head in 4 chunks of 3 rows (rg_gpt_loss), each a checkpoint
+   region with regions. */
+static void test_gradcheck(int64_t head_chunk, int regions, int ignore) {
+  printf("gradcheck: every parameter element of a GPT (V=7 T=6 L=2 C=8 H=2, head_chunk "
+         "%lld, regions %d, ignore %d), weights perturbed by U(-0.3, 0.3), against central "
+         "differences (eps 1e-2)\n", (long long)head_chunk, regions, ignore);
   rg_ctx *ctx = open_seeded(8);
-  rg_gpt_config c = {.vocab = 7, .block = 6, .layers = 2, .width = 8, .heads = 2};
-  gc_user u = {rg_gpt_new(ctx, &c, NULL)};
+  rg_gpt_config c = {.vocab = 7, .block = 6, .layers = 2, .width = 8, .heads = 2,
+                     .checkpoint = regions, .head_chunk = head_chunk};
+  gc_user u = {rg_gpt_new(ctx, &c, NULL), ignore};
   CHECK(u.g != NULL, "rg_gpt_new: %s", rg_errmsg(ctx));
   if (!u.g) {
     close_ctx(ctx);
@@ -756,7 +766,9 @@ int main(void) {
   double t0 = now_s();
   test_linear();
   test_attention();
-  test_gradcheck();
+  test_gradcheck(0, 0, 0);
+  test_gradcheck(21, 1, 0);
+  test_gradcheck(21, 0, 1);
   test_gpt_params();
   test_checkpoint();
   test_init_loss();

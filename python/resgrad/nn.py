@@ -184,9 +184,10 @@ class GPT(Module):
     """GPT-2's architecture with a tied head, as the C library's rg_gpt (resgrad_nn.h):
     parameters named as GPT-2's state dict ("wte.weight", "h.0.attn.c_attn.weight", ...)
     after prefix. forward(idx int32 [B, T]) gives logits [B, T, vocab]; loss(idx, targets)
-    the mean cross-entropy, computed in one fused node. checkpoint=True makes each block
-    an activation checkpoint region (Context.checkpoint): less memory, the same
-    gradients."""
+    the mean cross-entropy, computed in one fused node, or in row chunks of the head when
+    the logits would exceed 2^26 elements (rg_gpt_loss). checkpoint=True makes each block
+    an activation checkpoint region (Context.checkpoint), and each chunk of the head: less
+    memory, the same gradients."""
 
     def __init__(self, ctx, vocab, block, layers, width, heads, dropout=0.0, prefix=None,
                  checkpoint=False):

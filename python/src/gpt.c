@@ -34,7 +34,8 @@ static int gpt_init(PyObject *self, PyObject *args, PyObject *kw) {
   }
   RgContext *co = (RgContext *)ctx;
   if (rgpy_usable(co) < 0) return -1;
-  rg_gpt_config cfg = {v, t, l, c, h, dropout, checkpoint};
+  rg_gpt_config cfg = {.vocab = v, .block = t, .layers = l, .width = c, .heads = h,
+                       .dropout = dropout, .checkpoint = checkpoint};
   rg_gpt *gpt = rg_gpt_new(co->ctx, &cfg, prefix);
   if (!gpt) return rgpy_raise(co), -1;
   Py_INCREF((PyObject *)co);

@@ -171,14 +171,10 @@ static int check_idx(rg_gpt *g, rg_tensor idx) {
   return 1;
 }
 
-rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
-  if (!g) return RG_NONE;
+/* Embeddings and blocks: the residual stream [B, T, C] that ln_f reads. Each block is a
+   checkpoint region when cfg.checkpoint. */
+static rg_tensor trunk(rg_gpt *g, rg_tensor idx) {
   rg_ctx *ctx = g->ctx;
-  push(g);
-  if (!check_idx(g, idx)) {
-    pop(g);
-    return RG_NONE;
-  }
   int64_t T = rg_dim(ctx, idx, 1);
   rg_label_push(ctx, "wte");
   rg_tensor x = rg_add(ctx, rg_nn_embedding_forward(ctx, &g->wte, idx),
@@ -194,22 +190,142 @@ rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
     if (region) rg_checkpoint_end(ctx, x); /* RG_NONE after an error: closed all the same */
     rg_label_pop(ctx);
   }
-  rg_label_push(ctx, "head");
-  x = rg_nn_layernorm_forward(ctx, &g->ln_f, x);
-  x = rg_linear(ctx, x, g->wte.w, RG_NONE); /* the head is tied to wte */
-  rg_label_pop(ctx);
+  return x;
+}
+
+/* ln_f of idx's residual stream, under the model's label (pushed by the caller);
+   RG_NONE with the error set for a bad idx. */
+static rg_tensor normed(rg_gpt *g, rg_tensor idx) {
+  if (!check_idx(g, idx)) return RG_NONE;
+  rg_tensor x = trunk(g, idx);
+  rg_label_push(g->ctx, "head");
+  x = rg_nn_layernorm_forward(g->ctx, &g->ln_f, x);
+  rg_label_pop(g->ctx);
+  return x;
+}
+
+/* The logits of h (ln_f's output, any leading axes). */
+static rg_tensor logits_of(rg_gpt *g, rg_tensor h) {
+  rg_label_push(g->ctx, "head");
+  h = rg_linear(g->ctx, h, g->wte.w, RG_NONE); /* the head is tied to wte */
+  rg_label_pop(g->ctx);
+  return h;
+}
+
+rg_tensor rg_gpt_forward(rg_gpt *g, rg_tensor idx) {
+  if (!g) return RG_NONE;
+  push(g);
+  rg_tensor x = normed(g, idx);
+  if (x.id) x = logits_of(g, x);
   pop(g);
   return x;
 }
 
+/* ---- the loss: the head in row chunks --------------------------------------------------
+   The logits are the largest tensors of a step at a GPT-2 vocabulary (B T V of them), so
+   the loss computes the head (the tied linear, then the cross-entropy) on chunks of rows
+   when they would exceed a limit (rg_gpt_config.head_chunk): K chunks, K the least power
+   of two that brings a chunk's logits under it, ceil(N/K) rows each but the last. The
+   chunking depends on the shapes and the config only, never on cfg.checkpoint, so a model
+   computes the same graph with and without regions and its gradients are the same bit for
+   bit. With cfg.checkpoint each chunk (its slice of ln_f's output, its logits, its loss)
+   is a region: its logits go back to the pass pool at once and rg_backward recomputes
+   them chunk by chunk, so no more than one chunk's logits and their gradient are held.
+   Without regions the logits of every chunk live until the backward, as unchunked ones
+   would, but each chunk's gradient is made and used up in turn.
+   The loss is the mean over the rows that take part, as one cross-entropy's but for
+   float rounding: chunk c's mean (over n_c rows) is weighted n_c / N. With an ignore
+   index the counts are on the device: chunk c's count of targets other than the index,
+   taken from the targets as floats (exact, so the index and the vocabulary are below 2^24
+   for the head to be chunked), weights its mean, and the sum is divided by the total
+   count (at least 1: no row taking part gives 0, as rg_cross_entropy_ignore does). A
+   chunk that fails makes the sum RG_NONE: no chunk is left out of a loss returned. */
+#define HEAD_CHUNK_DEFAULT ((int64_t)1 << 26)
+#define EXACT_F32 ((int64_t)1 << 24)
+
+/* Rows of a chunk of the loss's head: N for one chunk (see above). */
+static int64_t chunk_rows(const rg_gpt_config *c, int64_t N, int ignore, int index) {
+  int64_t limit = c->head_chunk ? c->head_chunk : HEAD_CHUNK_DEFAULT;
+  if (limit < 0 || (ignore && (c->vocab > EXACT_F32 || index <= -EXACT_F32 ||
+                               index >= EXACT_F32)))
+    return N;
+  int64_t k = 1, per = N;
+  while (per > 1 && per > limit / c->vocab) k *= 2, per = (N + k - 1) / k;
+  return per;
+}
+
+/* Count of targets t (F32 [n], whole numbers below 2^24) other than index: clamp(t, i,
+   i+1) - clamp(t, i-1, i) is 1 for t < i and t > i, 0 for t == i. */
+static rg_tensor counted(rg_ctx *ctx, rg_tensor t, int index) {
+  float i = (float)index;
+  rg_tensor one = rg_sub(ctx, rg_clamp(ctx, t, i, i + 1), rg_clamp(ctx, t, i - 1, i));
+  return rg_sum(ctx, one, RG_ALL_AXES, 0);
+}
+
+/* The mean cross-entropy of h's logits (h: ln_f's output [B, T, C]) in chunks of per rows
+   (see above). */
+static rg_tensor chunked_loss(rg_gpt *g, rg_tensor h, rg_tensor targets, int ignore,
+                              int index, int64_t per) {
+  rg_ctx *ctx = g->ctx;
+  int64_t N = rg_numel(ctx, targets), C = g->cfg.width;
+  rg_label_push(ctx, "head");
+  rg_tensor x = rg_reshape(ctx, h, 2, (int64_t[]){N, C});
+  rg_tensor t = rg_reshape(ctx, targets, 1, &N);
+  rg_label_pop(ctx);
+  rg_tensor sum = RG_NONE, count = RG_NONE;
+  for (int64_t r = 0; r < N; r += per) {
+    int64_t n = N - r < per ? N - r : per;
+    rg_label_push(ctx, "head");
+    rg_tensor tc = rg_slice(ctx, t, 0, r, n); /* outside the region: the counts read it */
+    int region = g->cfg.checkpoint && rg_checkpoint_begin(ctx) == RG_OK;
+    rg_tensor xc = rg_slice(ctx, x, 0, r, n);
+    rg_label_pop(ctx);
+    rg_tensor logits = logits_of(g, xc);
+    rg_label_push(ctx, "loss");
+    rg_tensor l = ignore ? rg_cross_entropy_ignore(ctx, logits, tc, index)
+                         : rg_cross_entropy(ctx, logits, tc);
+    if (region) rg_checkpoint_end(ctx, l);
+    if (ignore) {
+      rg_tensor nc = counted(ctx, rg_cast(ctx, tc, RG_F32), index);
+      l = rg_mul(ctx, l, nc);
+      count = r ? rg_add(ctx, count, nc) : nc;
+    } else {
+      l = rg_scale(ctx, l, (float)((double)n / (double)N));
+    }
+    sum = r ? rg_add(ctx, sum, l) : l;
+    rg_label_pop(ctx);
+  }
+  if (!ignore) return sum;
+  rg_label_push(ctx, "loss");
+  sum = rg_div(ctx, sum, rg_clamp(ctx, count, 1, (float)N));
+  rg_label_pop(ctx);
+  return sum;
+}
+
+/* Are a and b live with the same shape? (Never sets the error.) */
+static int same_dims(rg_ctx *ctx, rg_tensor a, rg_tensor b) {
+  if (!rg_is_live(ctx, a) || !rg_is_live(ctx, b) || rg_ndim(ctx, a) != rg_ndim(ctx, b))
+    return 0;
+  for (int i = 0; i < rg_ndim(ctx, a); i++)
+    if (rg_dim(ctx, a, i) != rg_dim(ctx, b, i)) return 0;
+  return 1;
+}
+
 static rg_tensor loss(rg_gpt *g, rg_tensor idx, rg_tensor targets, int ignore, int index) {
   if (!g) return RG_NONE;
-  rg_tensor logits = rg_gpt_forward(g, idx);
+  rg_ctx *ctx = g->ctx;
   push(g);
-  rg_label_push(g->ctx, "loss");
-  rg_tensor l = ignore ? rg_cross_entropy_ignore(g->ctx, logits, targets, index)
-                       : rg_cross_entropy(g->ctx, logits, targets);
-  rg_label_pop(g->ctx);
+  rg_tensor x = normed(g, idx), l = RG_NONE;
+  int64_t N = x.id ? rg_numel(ctx, idx) : 0, per = chunk_rows(&g->cfg, N, ignore, index);
+  if (x.id && per < N && same_dims(ctx, targets, idx)) {
+    l = chunked_loss(g, x, targets, ignore, index, per);
+  } else if (x.id) { /* one chunk (or targets of the wrong shape: the cross-entropy says so) */
+    x = logits_of(g, x);
+    rg_label_push(ctx, "loss");
+    l = ignore ? rg_cross_entropy_ignore(ctx, x, targets, index)
+               : rg_cross_entropy(ctx, x, targets);
+    rg_label_pop(ctx);
+  }
   pop(g);
   return l;
 }

@@ -1955,7 +1955,7 @@ static void op_gpt(fz *F) {
   int k = below(F, 5);
   if (k == 0 || !F->gpt) {
     rg_gpt_config c = {nsize(F), nsize(F), below(F, 3), nsize(F), 1 + below(F, 2),
-                       u8(F) % 4 ? 0 : 0.1f, 0};
+                       u8(F) % 4 ? 0 : 0.1f, 0, 0};
     if (u8(F) % 8 == 0) c.heads = nsize(F);
     char prefix[16];
     snprintf(prefix, sizeof prefix, "g%d.", below(F, 3));

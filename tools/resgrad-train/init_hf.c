@@ -82,7 +82,8 @@ int init_hf_options(opts *o, const unsigned char *given) {
 rg_gpt *init_hf_model(run *r, int dry) {
   const opts *o = r->o;
   if (dry) { /* the same parameters without reading the file again */
-    rg_gpt_config cfg = {o->vocab, o->positions, o->layers, o->width, o->heads, 0.0f, 0};
+    rg_gpt_config cfg = {.vocab = o->vocab, .block = o->positions, .layers = o->layers,
+                         .width = o->width, .heads = o->heads};
     return rg_gpt_new(r->ctx, &cfg, NULL);
   }
   return rg_gpt_load_hf(r->ctx, init_hf_file(o->init_hf), 0, NULL);

@@ -390,8 +390,9 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
            (long long)((o->width + 127) / 128));
     return EXIT_USAGE;
   }
-  rg_gpt_config cfg = {r->t.vocab, o->positions ? o->positions : r->t.T, o->layers,
-                       o->width, o->heads, 0.0f, (int)o->checkpoint_activations};
+  rg_gpt_config cfg = {.vocab = r->t.vocab, .block = o->positions ? o->positions : r->t.T,
+                       .layers = o->layers, .width = o->width, .heads = o->heads,
+                       .checkpoint = (int)o->checkpoint_activations};
   r->gpt = o->init_hf && !o->resume ? init_hf_model(r, dry) : rg_gpt_new(r->ctx, &cfg, NULL);
   if (!r->gpt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot build the model");
   rg_adamw_options ao = {o->lr, 0.9f, 0.99f, 1e-8f, o->wd};
