@@ -28,6 +28,10 @@
 #              Python next to C and TORCH_REF, MODES default f32,tf32)
 #   compare    bench/compare.py against TORCH_REF (default .ref/torch_ref.py) for
 #              WORKLOADS in MODES (default f32,tf32)
+#   generate   bench/generate (rg_gpt_generate) at GPT-2 124M, random weights, batch 1 and
+#              16 (prompt 64, 128 new tokens), then bench/torch_generate.py at the same
+#              shapes (PyTorch eager, torch.compile, transformers where installed), in each
+#              of GEN_MODES (default "f32 tf32")
 # TUNE=1 runs work, profile and compare with rg_options.gemm_tune (workloads --tune).
 set -uo pipefail
 [ $# -gt 0 ] || set -- build test memcheck work
@@ -116,6 +120,16 @@ for stage in "$@"; do
       --workloads "$(echo "$WORKLOADS" | tr ' ' ,)" --modes "${MODES:-f32,tf32}" \
       --log "$out/compare.jsonl" $TUNEFLAG 2>&1 | tee "$out/compare.md"
     verdict compare "${PIPESTATUS[0]}" $((SECONDS - t0)) ;;
+  generate)
+    rc=0
+    for m in ${GEN_MODES:-f32 tf32}; do
+      $B/generate --device cuda --mode "$m" --batch 1,16 2>&1 | tee -a "$out/generate.log"
+      rc=$((rc | PIPESTATUS[0]))
+      python3 bench/torch_generate.py --device cuda --mode "$m" --batch 1,16 2>&1 |
+        tee -a "$out/torch_generate.log"
+      rc=$((rc | PIPESTATUS[0]))
+    done
+    verdict generate $rc $((SECONDS - t0)) ;;
   *) echo "gpu_check.sh: unknown stage '$stage'"; exit 2 ;;
   esac
 done

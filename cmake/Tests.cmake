@@ -74,12 +74,13 @@ if(RG_BUILD_TESTS)
 endif()
 
 # The installed programs run with an empty LD_LIBRARY_PATH (their install RPATH): the
-# build is installed into the test's directory and resgrad-train trains two steps there.
+# build is installed into the test's directory, resgrad-train trains two steps there and
+# resgrad-generate continues a prompt with the Hugging Face fixture.
 if(RG_BUILD_TESTS AND RG_BUILD_TOOLS)
   set(_wd "${PROJECT_BINARY_DIR}/tests/installed_runs")
   file(MAKE_DIRECTORY "${_wd}")
   add_test(NAME installed_runs WORKING_DIRECTORY "${_wd}" COMMAND sh -c
-    "rm -rf prefix && '${CMAKE_COMMAND}' --install '${PROJECT_BINARY_DIR}' --prefix \"$PWD/prefix\" >/dev/null && env LD_LIBRARY_PATH= prefix/${CMAKE_INSTALL_BINDIR}/resgrad-train --device cpu --steps 2 --eval 8 --layers 1 --width 16 --heads 2")
+    "rm -rf prefix && '${CMAKE_COMMAND}' --install '${PROJECT_BINARY_DIR}' --prefix \"$PWD/prefix\" >/dev/null && env LD_LIBRARY_PATH= prefix/${CMAKE_INSTALL_BINDIR}/resgrad-train --device cpu --steps 2 --eval 8 --layers 1 --width 16 --heads 2 && env LD_LIBRARY_PATH= prefix/${CMAKE_INSTALL_BINDIR}/resgrad-generate --device cpu --quiet --model '${PROJECT_SOURCE_DIR}/tests/data/hf_gpt2_tiny' --tokens 3,14 --max-new 4")
   set_tests_properties(installed_runs PROPERTIES
     TIMEOUT ${RG_TEST_TIMEOUT} ENVIRONMENT "${_rg_test_env}")
 endif()

@@ -707,6 +707,61 @@ RG_API rg_status rg_ring_count(rg_ctx *ctx, rg_tensor ring, int64_t *count);
    A lent ring (rg_export) is refused (MISUSE) until its loans end. Not a barrier. */
 RG_API rg_status rg_ring_free(rg_ctx *ctx, rg_tensor ring);
 
+/* ---- state and autoregressive decoding -----------------------------------------------
+   A model that generates one token at a time keeps, per layer, the keys and values of
+   the positions it has seen: a KV cache, persistent tensors K and V [B, H, S, D] (batch
+   rows, heads, positions, head size) that recorded ops write in place. The position of
+   each batch row is an I32 [B] tensor on the device (an rg_input each step, or anything
+   computed), never a number baked into a node, so a decode step records the same nodes
+   at every position and on CUDA replays as one graph. resgrad_nn.h's rg_gpt_generate is
+   the loop built from these calls; docs/generate.md says how. */
+
+/* A persistent tensor of dtype (F32, BF16 or I32) and shape dims, all zero, for state
+   that recorded ops change in place (a KV cache). It takes its bytes (rounded up to 256)
+   from the persistent pool and its budget, and may reuse bytes rg_state_free or
+   rg_ring_free gave back (its zeroing is recorded, so queued readers of the old tensor
+   run first). Bad dtype or shape: MISUSE; RG_ERR_OOM as for any persistent tensor.
+   Records one fill; not a barrier. */
+RG_API rg_tensor rg_state_new(rg_ctx *ctx, rg_dtype dtype, int ndim, const int64_t *dims);
+/* Frees a tensor rg_state_new made: its handle is stale from now on (RG_ERR_STALE naming
+   rg_state_free) and its bytes go back to the persistent pool for a later rg_state_new
+   or rg_ring_new. Nodes already queued that read or write it still run on its bytes at
+   the next barrier. Any other tensor, or a lent one (rg_export), is MISUSE. Not a
+   barrier. */
+RG_API rg_status rg_state_free(rg_ctx *ctx, rg_tensor state);
+/* Records the write of new keys and values into a KV cache: qkv [B, T, 3C] F32 (C = H D;
+   q, k and v side by side on the last axis, as rg_attention_qkv reads them; head h's
+   columns h D + [0, D) of each third), pos I32 [B]: row t of batch b goes to position
+   pos[b] + t of K and V (F32 [B, H, S, D], two tensors of one shape, T <= S). Nodes
+   recorded before it read the old rows, nodes after it the new. A pos[b] outside [0, S -
+   T] fails at the barrier (RG_ERR_MISUSE naming it and the row; nothing is written).
+   Shape or dtype mismatches: MISUSE naming both shapes. No gradient. Not a barrier. */
+RG_API rg_status rg_kv_write(rg_ctx *ctx, rg_tensor k, rg_tensor v, rg_tensor qkv,
+                             rg_tensor pos);
+/* Records attention over a KV cache: qkv, K, V, pos as rg_kv_write's; -> [B, T, C] F32
+   whose row t, head h is softmax(q k^T / sqrt(D)) v over positions s in [0, pos[b] + t]
+   of K and V (q from the first third of qkv's row t): the causal attention of a sequence
+   whose keys and values up to that position are in the cache, reading only that prefix.
+   After rg_kv_write of the same qkv and pos it is rg_attention_qkv(qkv, H, causal) of
+   the whole sequence at rows pos[b] .. pos[b] + T - 1. A pos[b] outside [0, S - T] fails
+   at the barrier (MISUSE). No gradient (the result requires none). Not a barrier. */
+RG_API rg_tensor rg_attention_cached(rg_ctx *ctx, rg_tensor qkv, rg_tensor k, rg_tensor v,
+                                     rg_tensor pos);
+/* Records one draw per row of logits [..., V] (F32) -> I32 [...] token ids, on the device:
+   temperature 0 gives each row's first maximum (greedy, as rg_argmax); else the draw is
+   from softmax(x / temperature) restricted to the top_k largest logits (0: all; ties with
+   the top_k-th are kept) and then to the smallest set of the largest whose probability
+   sums to at least top_p (1: all; ties at the border kept), renormalised, as Hugging
+   Face's temperature, top-k and top-p warpers in that order. The randomness is Philox
+   keyed by seed, its counter the row's element of counter (I32, the logits' shape
+   without the last axis; RG_NONE: 0 for every row) and the row's index, so one (seed,
+   counter) gives the same draw on the CPU and on CUDA (the Gumbel-max draw, ops.h), and
+   a decode step that passes its positions as the counter draws afresh at each position
+   without any upload. temperature finite and >= 0, top_k >= 0, top_p in (0, 1], else
+   MISUSE. No gradient. Not a barrier. */
+RG_API rg_tensor rg_sample(rg_ctx *ctx, rg_tensor logits, rg_tensor counter,
+                           float temperature, int64_t top_k, float top_p, uint64_t seed);
+
 /* ---- token data ----------------------------------------------------------------------
    A dataset of tokens in a file, read through a memory map (POSIX), and the batches of a
    language model cut from it: rows of T + 1 consecutive tokens, the first T the input

@@ -262,6 +262,50 @@ RG_API rg_gpt *rg_gpt_load_hf(rg_ctx *ctx, const char *path, int64_t heads,
    and rg_st_write's. */
 RG_API rg_status rg_gpt_save_hf(const rg_gpt *gpt, const char *path);
 
+/* ---- generation ---------------------------------------------------------------------- */
+
+/* How rg_gpt_generate picks each token (rg_sample's rules, as Hugging Face's temperature,
+   top-k and top-p warpers in that order). A zeroed struct is greedy without a stop token
+   but for top_p: set it to 1. */
+typedef struct rg_sample_config {
+  float temperature; /* 0: greedy, the most likely token; else > 0, finite */
+  int64_t top_k;     /* keep the top_k most likely tokens; 0: off */
+  float top_p;       /* keep the smallest set of the most likely tokens whose probability
+                        reaches top_p; in (0, 1], 1: off */
+  uint64_t seed;     /* the draws are a function of (seed, position, batch row) */
+  int32_t stop;      /* a token id that ends a row (it is written, then -1s); -1: none */
+} rg_sample_config;
+
+/* Generates up to max_new tokens after each of batch prompts, with a KV cache on the
+   device. prompts is [batch, prompt_len] row-major: row b holds its prompt's lens[b]
+   token ids first, the rest ignored (right padding; lens NULL: every prompt is
+   prompt_len long), each in [1, prompt_len]. out [batch, max_new] gets row b's new
+   tokens in order; a row that produced cfg->stop has it written, then -1 to its end.
+   cfg NULL: greedy, no stop token.
+   How: K and V of every layer are rg_state_new tensors [batch, heads, S, head size], S =
+   the longest prompt + max_new - 1, freed on return. One pass over the first min(lens)
+   positions of every prompt fills the cache (prefill); then one decode step per
+   position feeds one token per row: the prompt's own token while the row's prompt
+   lasts (so prompts of different lengths share one position, with no padding in
+   attention), the token drawn at the previous step after it. Each step uploads the
+   tokens and the position (8 batch bytes), records the same nodes (rg_kv_write,
+   rg_attention_cached, rg_sample with the positions as its counter), and downloads the
+   batch's ids (4 batch bytes): on CUDA one graph replay per step from the third step
+   on (rg_stats). It stops when every row has its max_new tokens or its stop token.
+   The logits are rg_gpt_forward's of the sequence so far at its last position (in
+   other kernels: equal to float rounding), so greedy generation gives the tokens that
+   argmax over rg_gpt_forward of the growing sequence gives; no dropout is applied.
+   Calls rg_step_begin at every step: pass-pool handles become stale (queued work runs
+   first). Errors, with nothing generated, the sticky error set and its status returned:
+   RG_ERR_MISUSE for NULL arguments, batch, prompt_len or max_new < 1, a length outside
+   [1, prompt_len], a token id outside [0, vocab), a prompt longer than the model's block
+   size, a longest prompt + max_new - 1 over the block size (each message says what fits),
+   bad cfg values (naming the field); RG_ERR_OOM when the cache does not fit; a failed
+   drain's status. */
+RG_API rg_status rg_gpt_generate(rg_gpt *gpt, const int32_t *prompts, const int64_t *lens,
+                                 int64_t batch, int64_t prompt_len, int64_t max_new,
+                                 const rg_sample_config *cfg, int32_t *out);
+
 #ifdef __cplusplus
 }
 #endif

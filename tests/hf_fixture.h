@@ -1,7 +1,9 @@
 /*
  * hf_fixture.h - the tiny GPT-2 of tests/data/hf_gpt2_tiny, made with Hugging Face's
  * transformers by tools/hf_gpt2_fixture.py (model.safetensors, config.json), and its
- * logits there (expected.safetensors: "tokens" I32 [2, 16], "logits" F32 [2, 16, 50]).
+ * logits there (expected.safetensors: "tokens" I32 [2, 16], "logits" F32 [2, 16, 50];
+ * "greedy_0", "greedy_1" I32 [8], transformers' greedy continuation of two prompts,
+ * which test_generate_cli.c compares).
  * Shared by test_hf.c (CPU) and test_cuda.c (GPU).
  */
 #ifndef RG_TESTS_HF_FIXTURE_H
@@ -44,6 +46,29 @@ static inline double hf_logits_err(rg_ctx *ctx, rg_gpt *gpt) {
   CHECK(err >= 0, "logits of the fixture: %s", rg_errmsg(ctx));
   rg_st_close(f);
   return err;
+}
+
+/* Greedy generation (rg_gpt_generate, 8 new tokens) from the fixture's two prompts
+   against transformers' continuation (greedy_0, greedy_1): the number of tokens that
+   differ, -1 (with a failed check) when it cannot be computed. */
+static inline int hf_greedy_diff(rg_ctx *ctx, rg_gpt *gpt) {
+  char path[4096];
+  hf_path(path, sizeof path, "expected.safetensors");
+  rg_st_file *f = rg_st_open(ctx, path);
+  const rg_st_tensor *g0 = f ? rg_st_find(f, "greedy_0") : NULL;
+  const rg_st_tensor *g1 = f ? rg_st_find(f, "greedy_1") : NULL;
+  int32_t want[16], got[16], prompts[2 * 5] = {3, 14, 15, 9, 26, 7, 1};
+  int64_t lens[2] = {5, 2};
+  int diff = -1;
+  if (g0 && g1 && rg_st_read(f, g0, want, sizeof want / 2) == RG_OK &&
+      rg_st_read(f, g1, want + 8, sizeof want / 2) == RG_OK &&
+      rg_gpt_generate(gpt, prompts, lens, 2, 5, 8, NULL, got) == RG_OK) {
+    diff = 0;
+    for (int i = 0; i < 16; i++) diff += got[i] != want[i];
+  }
+  CHECK(diff >= 0, "greedy generation from the fixture: %s", rg_errmsg(ctx));
+  rg_st_close(f);
+  return diff;
 }
 
 #endif

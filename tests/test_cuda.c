@@ -488,6 +488,26 @@ static out c_ring(rg_ctx *c) {
                           rg_cast(c, rg_ring_gather(c, rb, two), RG_F32), 0);
   return weigh(c, rg_mul(c, rg_concat(c, g, h, 0), P(c, "x", D2(304, 7))));
 }
+/* Decoding: a cache [2,3,8,4] written at positions 1 and 4 (rows of 3 queries), the
+   attention over its prefixes, and draws of 5 rows of 300 logits (greedy, temperature
+   with top-k and top-p) keyed by counters: both backends draw the same ids (Philox),
+   compared as floats beside a parameter that gives the loss its gradient. */
+static out c_decode(rg_ctx *c) {
+  rg_tensor K = rg_state_new(c, RG_F32, 4, (int64_t[]){2, 3, 8, 4});
+  rg_tensor V = rg_state_new(c, RG_F32, 4, (int64_t[]){2, 3, 8, 4});
+  rg_tensor qkv = rg_detach(c, P(c, "qkv", D3(2, 3, 36)));
+  rg_tensor pos = rg_input(c, RG_I32, 1, (int64_t[]){2}, (int32_t[]){1, 4});
+  rg_kv_write(c, K, V, qkv, pos);
+  rg_tensor a = rg_attention_cached(c, qkv, K, V, pos);
+  rg_tensor lg = rg_scale(c, rg_detach(c, P(c, "logits", D2(5, 300))), 8);
+  rg_tensor ctr = rg_input(c, RG_I32, 1, (int64_t[]){5}, (int32_t[]){0, 1, 2, 3, 4});
+  rg_tensor s0 = rg_sample(c, lg, RG_NONE, 0, 0, 1, 0);
+  rg_tensor s1 = rg_sample(c, lg, ctr, 1.0f, 40, 0.9f, 7);
+  rg_tensor s2 = rg_sample(c, lg, ctr, 0.7f, 0, 1, 9);
+  rg_tensor ids = rg_concat(c, rg_concat(c, s0, s1, 0), s2, 0);
+  rg_tensor y = rg_concat(c, flat(c, a), rg_cast(c, ids, RG_F32), 0);
+  return weigh(c, rg_add(c, y, P(c, "x", 1, (int64_t[]){2 * 3 * 12 + 15})));
+}
 /* A retained loss: rg_backward seeds its gradient with a FILL node, not the shared 1. */
 static out c_seed(rg_ctx *c) {
   out o = weigh(c, rg_tanh(c, P(c, "x", D2(5, 9))));
@@ -1356,7 +1376,8 @@ static void run_oom_and_sync(void) {
 }
 
 /* The tiny GPT-2 that transformers made (tests/data/hf_gpt2_tiny) loaded on the GPU gives
-   transformers' logits within 1e-4 (strict F32 products), and exported from the GPU it
+   transformers' logits within 1e-4 (strict F32 products) and its greedy continuation
+   (rg_gpt_generate, the decode steps replayed as graphs), and exported from the GPU it
    loads back to the same logits. */
 static void run_hf(void) {
   rg_ctx *g = NULL;
@@ -1373,6 +1394,19 @@ static void run_hf(void) {
           err);
     printf("%-14s max |logit - transformers'| %.2e (%s)\n", pass ? "hf-exported" : "hf", err,
            path);
+    if (!pass && gpt) { /* generation on the GPU: transformers' tokens, decode steps replayed */
+      rg_stats s0, s1;
+      rg_stats_get(g, &s0);
+      int diff = hf_greedy_diff(g, gpt);
+      rg_stats_get(g, &s1);
+      CHECK(diff == 0, "hf: greedy generation on CUDA: %d of 16 tokens differ from "
+            "transformers'", diff);
+      CHECK(s1.graph_replays - s0.graph_replays >= 4, "hf: 11 decode steps replayed %llu "
+            "graphs (a step's nodes must be the same at every position)",
+            (unsigned long long)(s1.graph_replays - s0.graph_replays));
+      printf("%-14s greedy tokens: %d of 16 differ; %llu graph replays\n", "hf-generate", diff,
+             (unsigned long long)(s1.graph_replays - s0.graph_replays));
+    }
     if (!pass && gpt) {
       mkdir("hf_export", 0755);
       CHECK_ST(g, rg_gpt_save_hf(gpt, "hf_export/model.safetensors"), RG_OK);
@@ -1443,6 +1477,8 @@ int main(int argc, char **argv) {
       {"bf16", c_bf16, 1e-5, RG_COVERS(RG_OP_MATMUL, RG_OP_LINEAR, RG_OP_CAST)},
       {"argmax", c_argmax, 1e-6, RG_COVERS(RG_OP_ARGMAX)},
       {"seed", c_seed, 1e-5, RG_COVERS(RG_OP_FILL)},
+      {"decode", c_decode, 1e-5,
+       RG_COVERS(RG_OP_KV_WRITE, RG_OP_ATTENTION_CACHED, RG_OP_SAMPLE, RG_OP_FILL)},
       {"ring", c_ring, 1e-6,
        RG_COVERS(RG_OP_RING_PUSH, RG_OP_RING_GATHER, RG_OP_RING_SAMPLE, RG_OP_FILL)},
   };

@@ -2,7 +2,8 @@
  * test_hf.c - rg_gpt_load_hf and rg_gpt_save_hf on the CPU, against a tiny GPT-2 that
  * Hugging Face's transformers made (tests/data/hf_gpt2_tiny, tools/hf_gpt2_fixture.py):
  *  - loaded, its logits on a fixed batch are transformers' (computed in float64) within
- *    1e-4 absolute (the logits reach about 3.4; float32's rounding leaves about 1e-6);
+ *    1e-4 absolute (the logits reach about 3.4; float32's rounding leaves about 1e-6),
+ *    and rg_gpt_generate continues two prompts greedily with transformers' tokens;
  *  - exported, the file holds the same names, shapes and bytes as transformers' file,
  *    and it and its config.json load back to the same logits;
  *  - the file's variants load alike: names without "transformer.", the causal mask's
@@ -117,6 +118,9 @@ static void expect_logits(const char *what, const char *path, int64_t heads,
     CHECK(err >= 0 && err <= tol, "%s: max |logit - transformers'| = %.3g > %.3g", what, err,
           tol);
     printf("%-46s max |logit - transformers'| %.2e\n", what, err);
+    int diff = hf_greedy_diff(ctx, g);
+    CHECK(diff == 0, "%s: greedy generation: %d of 16 tokens differ from transformers'", what,
+          diff);
   }
   rg_gpt_free(g);
   CHECK_ST(ctx, rg_close(ctx), RG_OK);

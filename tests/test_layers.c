@@ -35,6 +35,7 @@ static const struct { const char *file; int layer; } table[] = {
        the trace file, the RG_PROFILE table (which every layer and backend reports to),
        the notice sink */
     {"internal.h", LEAF}, {"ops.h", LEAF}, {"philox.h", LEAF}, {"sched.h", LEAF},
+    {"sample.h", LEAF},
     {"alloc.c", LEAF}, {"error.c", LEAF}, {"trace.c", LEAF},
     {"profile.c", LEAF}, {"notice.c", LEAF},
     /* labels; the dry-run backend */
@@ -47,6 +48,7 @@ static const struct { const char *file; int layer; } table[] = {
        (dist.c), BF16 shadows, checkpoint regions and their recomputation */
     {"transfer.c", RECORD}, {"ops.c", RECORD}, {"autograd.c", RECORD}, {"shadow.c", RECORD},
     {"dist.c", RECORD}, {"share.c", RECORD}, {"recompute.c", RECORD}, {"ring.c", RECORD},
+    {"state.c", RECORD}, {"decode.c", RECORD},
     /* optimizers, checkpoints, gradient checks, token datasets (their batches are
        rg_input's uploads) */
     {"optim.c", TRAIN}, {"checkpoint.c", TRAIN}, {"gradcheck.c", TRAIN}, {"data.c", TRAIN},

@@ -14,6 +14,9 @@
  *  - --tokens (a text file read as raw bytes): resume is exact as above, and 2 ranks of
  *    --batch 8 give the held-out loss of one rank of --batch 16 within 1e-3 (each rank
  *    takes its share of the step's rows from rg_data);
+ *  - --init-hf fine-tunes the Hugging Face GPT-2 fixture on a token file: the training
+ *    loss falls, the checkpoint resumes without --init-hf; a shape option, a missing
+ *    --tokens or a --block beyond the model's positions is refused;
  *  - --distributed under resgrad-run: one rank gives the plain run's losses bit for bit;
  *    2 ranks of --batch 8 give the held-out loss of one rank of --batch 16 within a
  *    relative 1e-3 after 30 steps (they see the same rows), one summary, rank 0's
@@ -30,10 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common.h"
+#include "program.h"
 
 static char prog[4096];
 static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs ranks */
@@ -41,61 +43,19 @@ static char launcher[4200]; /* "'<dir>/resgrad-run' -n N -- " while a test runs 
 /* A small, fast model: every run below trains this unless it says otherwise. */
 #define TINY "--layers 1 --width 32 --heads 2 --batch 16 --eval 64 --eval-every 10 --lr 0.01"
 
-typedef struct result {
-  int code;           /* exit status, -1 if it did not exit normally */
-  char out[1 << 16];  /* stdout */
-  char err[1 << 14];  /* stderr */
-} result;
-
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-  buf[n] = 0;
-  if (f) fclose(f);
-}
-
 /* Runs the program with args (a shell fragment) and collects what it printed. */
 static void run(result *r, const char *fmt, ...) {
-  char args[1024], cmd[6000];
+  char args[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s'%s' %s >out.txt 2>err.txt", launcher, prog, args);
-  int st = system(cmd);
-  r->code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  slurp("out.txt", r->out, sizeof r->out);
-  slurp("err.txt", r->err, sizeof r->err);
-}
-
-/* The rest of the line of out that starts with key, or "" (copied into buf). */
-static const char *line_after(const char *out, const char *key, char *buf, size_t cap) {
-  const char *p = strstr(out, key);
-  buf[0] = 0;
-  if (!p) return buf;
-  p += strlen(key);
-  size_t n = strcspn(p, "\n");
-  if (n >= cap) n = cap - 1;
-  memcpy(buf, p, n);
-  buf[n] = 0;
-  return buf;
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
+  run_program(r, launcher, prog, args);
 }
 
 /* An error run: the exit code, and exactly one line on stderr that mentions what. */
 static void expect_error(int code, const char *what, const char *args) {
-  result *r = malloc(sizeof *r);
-  run(r, "%s", args);
-  CHECK(r->code == code, "'%s' exited %d, expected %d; stderr: %s", args, r->code, code, r->err);
-  CHECK(count_lines(r->err) == 1, "'%s' printed %d lines on stderr: %s", args,
-        count_lines(r->err), r->err);
-  CHECK(strstr(r->err, what) != NULL, "'%s': stderr lacks \"%s\": %s", args, what, r->err);
-  free(r);
+  expect_exit(launcher, prog, code, what, args);
 }
 
 static void test_help(result *r) {
@@ -236,6 +196,37 @@ static void test_tokens(result *r) {
         r->err);
 }
 
+/* Fine-tuning the fixture (vocab 50, 16 positions) on a repeating pattern of 23 tokens. */
+static void test_init_hf(result *r) {
+  char hf[4096], first[64], last[64], args[4400];
+  const char *src = getenv("RG_SOURCE_DIR");
+  snprintf(hf, sizeof hf, "%s/tests/data/hf_gpt2_tiny", src ? src : "..");
+  FILE *f = fopen("ft.bin", "wb");
+  CHECK(f != NULL, "cannot write ft.bin");
+  if (!f) return;
+  for (int i = 0; i < 2300; i++) fputc(i % 23 * 7 % 50, f);
+  fclose(f);
+  snprintf(args, sizeof args, "--device cpu --init-hf '%s' --tokens ft.bin --block 8 "
+           "--batch 8 --steps 40 --warmup 5 --lr 0.01 --log-every 1 --save ft.st", hf);
+  run(r, "%s", args);
+  CHECK(r->code == 0, "--init-hf exited %d: %s", r->code, r->err);
+  CHECK(strstr(r->out, "layers=2 width=24 heads=3 vocab=50 block=8 positions=16"),
+        "--init-hf did not take the model's shape:\n%s", r->out);
+  double a = atof(line_after(r->err, "step 1/40  loss ", first, sizeof first));
+  double b = atof(line_after(r->err, "step 40/40  loss ", last, sizeof last));
+  CHECK(a > 0 && b > 0 && b < 0.8 * a, "fine-tuning: loss %g at step 1, %g at step 40", a, b);
+  run(r, "--device cpu --resume ft.st --tokens ft.bin --steps 50");
+  CHECK(r->code == 0 && strstr(r->out, "trained steps 40..50"), "resuming a fine-tuned "
+        "checkpoint exited %d: %s%s", r->code, r->out, r->err);
+  snprintf(args, sizeof args, "--init-hf '%s' --tokens ft.bin --layers 3", hf);
+  expect_error(2, "--layers", args);
+  snprintf(args, sizeof args, "--init-hf '%s' --tokens ft.bin --block 32", hf);
+  expect_error(2, "--block 32 is longer than the model's 16 positions", args);
+  snprintf(args, sizeof args, "--init-hf '%s'", hf);
+  expect_error(2, "add --tokens FILE", args);
+  expect_error(2, "--init-hf", "--init-hf no-such-model --tokens ft.bin");
+}
+
 static int count_of(const char *s, const char *needle) {
   int n = 0;
   for (; (s = strstr(s, needle)); s++) n++;
@@ -278,10 +269,7 @@ static void test_distributed(result *r) {
 
 int main(int argc, char **argv) {
   (void)argc;
-  const char *slash = strrchr(argv[0], '/');
-  int dir = slash ? (int)(slash - argv[0]) : 1;
-  snprintf(prog, sizeof prog, "%.*s/resgrad-train", dir, slash ? argv[0] : ".");
-  if (access(prog, X_OK)) {
+  if (program_path(argv[0], "resgrad-train", prog, sizeof prog)) {
     printf("SKIP: %s was not built (RG_BUILD_TOOLS=OFF?)\n", prog);
     return 77;
   }
@@ -293,6 +281,7 @@ int main(int argc, char **argv) {
   test_text(r);
   test_tokens(r);
   test_wrong_model();
+  test_init_hf(r);
   test_plot(r);
   test_distributed(r);
   free(r);

@@ -10,6 +10,12 @@ test_hf.py) need neither transformers nor torch; run this again only to remake t
         safetensors numpy
     /tmp/hfenv/bin/python tools/hf_gpt2_fixture.py [OUT_DIR]
 
+expected.safetensors also holds greedy_0 and greedy_1, I32 [8]: transformers' greedy
+continuation (generate, do_sample=False, float64) of the prompts GREEDY_PROMPTS, which
+tests/test_generate_cli.c and python/tests/test_generate.py compare with resgrad's.
+With --add-greedy DIR it computes only those for the model already in DIR and rewrites
+DIR/expected.safetensors with them added (the rest unchanged).
+
 With --check DIR it instead loads DIR (a folder rg_gpt_save_hf wrote: model.safetensors
 and config.json) with GPT2LMHeadModel.from_pretrained and prints the largest difference
 of its logits from the fixture's expected ones (0 for the fixture exported unchanged).
@@ -29,6 +35,31 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 VOCAB, BLOCK, LAYERS, WIDTH, HEADS = 50, 16, 2, 24, 3
 BATCH = 2
+GREEDY_PROMPTS, GREEDY_NEW = [[3, 14, 15, 9, 26], [7, 1]], 8
+
+
+def greedy(model):
+    """{greedy_i: int32 [GREEDY_NEW]}: model's greedy continuation of each prompt."""
+    out = {}
+    model = model.double().eval()
+    for i, p in enumerate(GREEDY_PROMPTS):
+        ids = torch.tensor([p])
+        with torch.no_grad():
+            y = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=GREEDY_NEW, min_new_tokens=GREEDY_NEW,
+                               pad_token_id=0)
+        out[f"greedy_{i}"] = y[0, len(p):].to(torch.int32).numpy()
+    return out
+
+
+def add_greedy(folder):
+    path = os.path.join(folder, "expected.safetensors")
+    exp = {k: v for k, v in load_file(path).items() if not k.startswith("greedy_")}
+    exp.update(greedy(GPT2LMHeadModel.from_pretrained(folder)))
+    save_file(exp, path, metadata={"format": "np"})
+    print(f"{path}: " + ", ".join(f"{k} {v.tolist()}" for k, v in exp.items()
+                                   if k.startswith("greedy_")))
+    return 0
 
 
 def check(folder, expected):
@@ -45,6 +76,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "data",
                                                               "hf_gpt2_tiny")
+    if len(sys.argv) == 3 and sys.argv[1] == "--add-greedy":
+        return add_greedy(sys.argv[2])
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         return check(sys.argv[2], os.path.join(here, "..", "tests", "data", "hf_gpt2_tiny",
                                                "expected.safetensors"))
@@ -71,7 +104,7 @@ def main():
     with torch.no_grad():
         logits = model.double()(tokens).logits
     save_file({"tokens": tokens.to(torch.int32).numpy(),
-               "logits": logits.to(torch.float32).numpy()},
+               "logits": logits.to(torch.float32).numpy(), **greedy(model)},
               os.path.join(out, "expected.safetensors"), metadata={"format": "np"})
     print(f"wrote {out}: logits {tuple(logits.shape)}, |max| {logits.abs().max().item():.3f}")
     return 0

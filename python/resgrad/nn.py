@@ -8,6 +8,8 @@ import itertools
 import math
 import weakref
 
+import numpy as np
+
 from . import _resgrad
 from ._resgrad import Tensor
 
@@ -228,3 +230,29 @@ class GPT(Module):
 
     def loss(self, idx, targets, ignore_index=None):
         return self._gpt.loss(idx, targets, ignore_index)
+
+    def generate(self, prompts, max_new, *, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+                 stop=None):
+        """Continues each prompt (a list of token-id lists, of any lengths, or an int
+        array [B, P]) by up to max_new tokens with a KV cache on the device
+        (rg_gpt_generate, docs/generate.md); returns a list of B lists of new ids, each
+        ending at stop (included) when it was drawn. temperature 0 is greedy; else the
+        draw is from softmax(logits / temperature) cut to top_k tokens (0: all) and to
+        the smallest set of probability top_p (1: all), a function of (seed, position,
+        row). Raises resgrad.UsageError naming what is wrong (a prompt longer than the
+        model's block, an id outside the vocabulary, ...); pass-pool tensors of the
+        context become stale (each step begins with Context.step_begin)."""
+        rows = [np.asarray(p, dtype=np.int64).ravel() for p in prompts]
+        if not rows or any(r.size == 0 for r in rows):
+            raise ValueError("generate: give at least one prompt of at least one token")
+        lens = np.array([r.size for r in rows], dtype=np.int64)
+        ids = np.zeros((len(rows), int(lens.max())), dtype=np.int32)
+        for i, r in enumerate(rows):
+            if r.min() < 0 or r.max() > np.iinfo(np.int32).max:
+                raise ValueError(f"generate: prompt {i} holds an id outside [0, 2^31)")
+            ids[i, :r.size] = r
+        out = self._gpt.generate(ids, lens, ids.shape[0], ids.shape[1], int(max_new),
+                                 float(temperature), int(top_k), float(top_p), int(seed),
+                                 -1 if stop is None else int(stop))
+        out = np.frombuffer(out, dtype=np.int32).reshape(ids.shape[0], int(max_new))
+        return [[int(t) for t in row if t >= 0] for row in out]

@@ -159,6 +159,50 @@ static PyObject *gpt_save_hf(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* GPT.generate(prompts, lens, batch, prompt_len, max_new, temperature, top_k, top_p, seed,
+   stop): prompts a C-contiguous int32 buffer [batch, prompt_len], lens an int64 buffer
+   [batch] (or None) -> bytes of the int32 [batch, max_new] rg_gpt_generate writes.
+   resgrad.nn.GPT.generate makes the buffers and reads the result. */
+static PyObject *gpt_generate(PyObject *self, PyObject *args) {
+  RgGPT *g = usable(self);
+  PyObject *prompts, *lens;
+  long long B, P, n, top_k, stop;
+  unsigned long long seed;
+  float temperature, top_p;
+  if (!g || !PyArg_ParseTuple(args, "OOLLLfLfKL", &prompts, &lens, &B, &P, &n, &temperature,
+                              &top_k, &top_p, &seed, &stop))
+    return NULL;
+  if (B < 1 || P < 1 || n < 1 || B > (1LL << 40) / P || B > (1LL << 40) / n) {
+    PyErr_SetString(PyExc_ValueError, "batch, prompt length and max_new must be >= 1");
+    return NULL;
+  }
+  Py_buffer pv, lv = {0};
+  if (PyObject_GetBuffer(prompts, &pv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  int have_lens = lens != Py_None;
+  if (have_lens && PyObject_GetBuffer(lens, &lv, PyBUF_C_CONTIGUOUS) < 0) {
+    PyBuffer_Release(&pv);
+    return NULL;
+  }
+  PyObject *out = NULL;
+  if (pv.len != (Py_ssize_t)(B * P * 4) || (have_lens && lv.len != (Py_ssize_t)(B * 8))) {
+    PyErr_SetString(PyExc_ValueError, "prompts must be int32 [batch, prompt_len] and lens "
+                                      "int64 [batch]");
+  } else if ((out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(B * n * 4)))) {
+    rg_sample_config sc = {temperature, top_k, top_p, seed, (int32_t)stop};
+    int32_t *dst = (int32_t *)PyBytes_AsString(out);
+    rg_status st;
+    RGPY_WAIT(g->co, st = rg_gpt_generate(g->gpt, pv.buf, have_lens ? lv.buf : NULL, B, P, n,
+                                          &sc, dst));
+    if (st != RG_OK) {
+      Py_CLEAR(out);
+      rgpy_raise(g->co);
+    }
+  }
+  PyBuffer_Release(&pv);
+  if (have_lens) PyBuffer_Release(&lv);
+  return out;
+}
+
 static PyMethodDef methods[] = {
   {"from_hf", (PyCFunction)(void (*)(void))gpt_from_hf,
    METH_CLASS | METH_VARARGS | METH_KEYWORDS,
@@ -167,6 +211,10 @@ static PyMethodDef methods[] = {
   {"save_hf", gpt_save_hf, METH_O,
    "save_hf(path)\n--\n\nWrites the model as a Hugging Face GPT-2 model.safetensors and the "
    "config.json beside it (rg_gpt_save_hf)."},
+  {"generate", gpt_generate, METH_VARARGS,
+   "generate(prompts, lens, batch, prompt_len, max_new, temperature, top_k, top_p, seed, "
+   "stop)\n--\n\nrg_gpt_generate on int32 and int64 buffers -> bytes of int32 [batch, "
+   "max_new]; resgrad.nn.GPT.generate is the interface."},
   {"forward", gpt_forward, METH_O,
    "forward(idx)\n--\n\nidx int32 [B, T] -> logits float32 [B, T, vocab] (rg_gpt_forward)."},
   {"loss", (PyCFunction)(void (*)(void))gpt_loss, METH_VARARGS | METH_KEYWORDS,

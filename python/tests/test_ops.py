@@ -165,6 +165,9 @@ CASES = {
 
 # Calls of op-table rows that are not op functions, and the test that covers each.
 NON_OP_CALLS = {
+    "rg_kv_write": "C only for now: tests/test_generate.c (rg_gpt_generate)",
+    "rg_attention_cached": "C only for now: tests/test_generate.c (rg_gpt_generate)",
+    "rg_sample": "C only for now: tests/test_generate.c",
     "rg_input": "test_tensor.py (ctx.tensor)",
     "rg_copy": "reshape and detach record COPY",
     "rg_zero_grad": "test_train.py",

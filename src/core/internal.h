@@ -62,6 +62,7 @@ typedef struct rg_tinfo {
   uint32_t redo;    /* a ckpt tensor while rg_backward records its region's gradients: the
                        ref of its recomputation, which nodes recorded then read instead
                        (rg__commit, rg__view); 0 otherwise */
+  uint8_t freeable; /* 1: made by rg_state_new, so rg_state_free may give it back */
   uint32_t ring;    /* a ring buffer (rg_ring_new): the ref of its state, a persistent
                        I32 [4] (ops.h, RING_PUSH), or 0 */
 } rg_tinfo;
@@ -563,6 +564,9 @@ void rg__release(rg_ctx *ctx, uint32_t ref);
    marks it RG_T_FREED (its handles are stale). false (nothing changed) when out of host
    memory for the range. */
 bool rg__release_persistent(rg_ctx *ctx, uint32_t ref);
+/* Records a FILL of zeros into persistent tensor ref, its first write (state.c; rings and
+   states). false with the error set on failure. */
+bool rg__zero_node(rg_ctx *ctx, uint32_t ref);
 /* Undoes one pin of pass tensor root (a view of it, or an export of it or of a view):
    its bytes go back to the arena if rg__release found it dead and this was the last. */
 void rg__unpin(rg_ctx *ctx, uint32_t root);
@@ -587,6 +591,11 @@ uint32_t rg__reshape(rg_ctx *ctx, uint32_t x, rg_shape s);
   "push more entries first"
 #define RG_RING_EMPTY_MSG                                                                 \
   "the ring is empty: push entries (rg_ring_push) before sampling from it"
+/* Why a KV_WRITE or ATTENTION_CACHED fails (pos[b], b, S - T): in the same words on every
+   backend. */
+#define RG_DECODE_POS_MSG                                                                 \
+  "position %lld of batch row %lld is outside [0, %lld]: the rows written or read must "  \
+  "fit the cache's S positions; make the cache longer (rg_state_new) or stop earlier"
 /* The state's words (ops.h, RING_PUSH). */
 enum { RG_RING_HEAD, RG_RING_COUNT, RG_RING_DRAWS_LO, RG_RING_DRAWS_HI, RG_RING_STATE };
 

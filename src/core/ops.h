@@ -184,6 +184,29 @@
  *            (r * count) >> 32 for r the first word of rg_philox(i[0], draws, e), i[0]
  *            the context seed xor RG_RING_SALT (a stream apart from dropout's); then
  *            draws += 1. An empty ring (count 0): fail.
+ * Autoregressive decoding (decode.c): a KV cache is two persistent F32 tensors K, V
+ * [B,H,S,D] (rg_state_new); each batch's position lives in an I32 [B] tensor on the
+ * device, so a decode step's nodes, and its captured graph, are the same every step.
+ *  KV_WRITE  in[0] K, in[1] V, in[2] qkv [B,T,3C] (C = H D, F32), in[3] pos I32 [B]
+ *            (no out): row t's k (columns h D + [0,D) of the second third) and v (of the
+ *            third) go to K[b,h,pos[b]+t] and V[b,h,pos[b]+t]. pos[b] outside [0, S-T]:
+ *            fail, naming it (nothing written).
+ *  ATTENTION_CACHED qkv [B,T,3C], K, V, pos -> o [B,T,C] F32: query row t of head h (its
+ *            first third's columns h D + [0,D)) attends to the rows s in [0, pos[b]+t]
+ *            of K and V of batch b, head h (the causal prefix of an absolute position),
+ *            score scale 1/sqrt(D); o's columns h D + [0,D). pos[b] outside [0, S-T]:
+ *            fail, naming it.
+ *  SAMPLE    logits [N,V] F32, counter I32 [N] (opt: 0 for every row) -> I32 [N]; f[0]
+ *            temperature t, f[1] top_p, i[0] top_k, i[1] seed. t == 0: the first maximum
+ *            of the row (argmax). Else, with x the row: keep every x_i >= the top_k-th
+ *            largest (top_k in [1, V); ties with it kept), then every kept x_i whose key
+ *            is >= the largest key c for which the kept weights w_j = exp((x_j - max)/t)
+ *            with key >= c sum to at least top_p of the kept total (top_p < 1), the key
+ *            being rg_sample_key (internal.h), x's order as integers; the result is the
+ *            kept i of the largest x_i/t + g_i, g_i = rg_sample_gumbel(seed, counter,
+ *            row, i) (Gumbel noise from Philox, internal.h): an exact draw from softmax
+ *            of the kept x/t, the same on every backend (up to the last bit of exp and
+ *            log).
  */
 #ifndef RG_OPS_H
 #define RG_OPS_H
@@ -274,7 +297,10 @@ enum {
   X(ALLREDUCE, allreduce, "rg_dist_allreduce", 0, 0, RG_F_BWD | RG_F_BF16 | RG_F_LIST | RG_F_COMM) \
   X(RING_PUSH, ring_push, "rg_ring_push", 3, 0,      RG_F_BF16)                 \
   X(RING_GATHER, ring_gather, "rg_ring_gather", 3, 1, RG_F_BF16)                \
-  X(RING_SAMPLE, ring_sample, "rg_ring_sample", 1, 1, 0)
+  X(RING_SAMPLE, ring_sample, "rg_ring_sample", 1, 1, 0)                       \
+  X(KV_WRITE, kv_write, "rg_kv_write", 4, 0,         0)                         \
+  X(ATTENTION_CACHED, attention_cached, "rg_attention_cached", 4, 1, 0)         \
+  X(SAMPLE, sample, "rg_sample", 2, 1,               0)
 
 typedef enum rg_op {
 #define RG_OP_ENUM(E, ...) RG_OP_##E,

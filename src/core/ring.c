@@ -30,14 +30,6 @@ static bool ring_of(rg_ctx *ctx, rg_tensor t, const char *call, int k, uint32_t 
   return true;
 }
 
-/* Records a FILL of zeros into persistent tensor ref (its first write). */
-static bool zero_node(rg_ctx *ctx, uint32_t ref) {
-  rg_node *n = rg__record(ctx, RG_OP_FILL);
-  if (!n) return false;
-  n->out[0] = ref;
-  return rg__commit(ctx, n) == RG_OK;
-}
-
 rg_tensor rg_ring_new(rg_ctx *ctx, rg_dtype dtype, int64_t capacity, int64_t rows) {
   const char *call = "rg_ring_new";
   if (!ctx) return RG_NONE;
@@ -51,7 +43,7 @@ rg_tensor rg_ring_new(rg_ctx *ctx, rg_dtype dtype, int64_t capacity, int64_t row
   int64_t dims[2] = {capacity, rows}, four = 4;
   uint32_t ring = rg__new_reusing(ctx, RG_POOL_PERSISTENT, dtype, 2, dims, call);
   uint32_t state = ring ? rg__new_reusing(ctx, RG_POOL_PERSISTENT, RG_I32, 1, &four, call) : 0;
-  if (!state || !zero_node(ctx, ring) || !zero_node(ctx, state)) {
+  if (!state || !rg__zero_node(ctx, ring) || !rg__zero_node(ctx, state)) {
     /* What was made goes back; a FILL already queued writes bytes no one else holds
        until a later ring's own FILL, recorded after it. */
     if (ring) rg__release_persistent(ctx, ring);

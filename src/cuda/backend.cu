@@ -383,6 +383,8 @@ static rg_status take_fault(rg_cuda_state *s, size_t first, size_t *failed, char
     snprintf(msg, cap, RG_RING_INDEX_MSG, e.value, e.pos, e.limit, e.limit);
   else if (e.code == RG_CUDA_E_EMPTY)
     snprintf(msg, cap, RG_RING_EMPTY_MSG);
+  else if (e.code == RG_CUDA_E_POS)
+    snprintf(msg, cap, RG_DECODE_POS_MSG, e.value, e.pos, e.limit);
   else if (e.code == RG_CUDA_E_INDEX)
     snprintf(msg, cap, "index %lld at position %lld is outside [0, %lld): token ids must be "
              "smaller than the table's rows", e.value, e.pos, e.limit);

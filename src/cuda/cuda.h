@@ -45,9 +45,11 @@ static const rg_cuda_err rg_cuda_err_clean = {0, 0, 0, 0, 0, {1.f, 1.f}, {0.f, 1
    RG_CUDA_E_ABORT: written by the host when it aborts a step's all-reduces (nccl.cu), so
    the updates queued after them skip; cleared again before the next drain.
    RG_CUDA_E_RING: a ring gather's index outside [0, count) (limit = count);
-   RG_CUDA_E_EMPTY: a sample from an empty ring (ring.cu). */
+   RG_CUDA_E_EMPTY: a sample from an empty ring (ring.cu).
+   RG_CUDA_E_POS: a KV cache position outside [0, S - T] (value = it, pos = the batch row,
+   limit = S - T; decode.cu). */
 enum { RG_CUDA_E_INDEX = 1, RG_CUDA_E_TARGET = 2, RG_CUDA_E_NONFINITE = 3, RG_CUDA_E_PEER = 4,
-       RG_CUDA_E_ABORT = 5, RG_CUDA_E_RING = 6, RG_CUDA_E_EMPTY = 7 };
+       RG_CUDA_E_ABORT = 5, RG_CUDA_E_RING = 6, RG_CUDA_E_EMPTY = 7, RG_CUDA_E_POS = 8 };
 
 typedef struct rg_cuda_launch {
   cudaStream_t stream;

@@ -363,4 +363,9 @@ rg_ctx *rg__gpt_ctx(const rg_gpt *g) { return g->ctx; }
 
 const char *rg__gpt_prefix(const rg_gpt *g) { return g->prefix; }
 
+rg_gpt_parts rg__gpt_parts(const rg_gpt *g) {
+  rg_gpt_parts p = {&g->wte, &g->wpe, &g->ln_f, g->h, g->label};
+  return p;
+}
+
 void rg_gpt_free(rg_gpt *g) { free(g); }

@@ -37,5 +37,14 @@ RG_NN_HIDDEN char *rg__nn_join(const char *name, const char *leaf);
    g non-NULL (gpt.c, for gpt_hf.c). */
 RG_NN_HIDDEN rg_ctx *rg__gpt_ctx(const rg_gpt *g);
 RG_NN_HIDDEN const char *rg__gpt_prefix(const rg_gpt *g);
+/* A GPT's layers, for generate.c: its embeddings, final norm and block i in [0,
+   layers). */
+typedef struct rg_gpt_parts {
+  const rg_nn_embedding *wte, *wpe;
+  const rg_nn_layernorm *ln_f;
+  const rg_nn_block *h; /* layers of them */
+  const char *label;    /* the prefix without its trailing '.', "" for none */
+} rg_gpt_parts;
+RG_NN_HIDDEN rg_gpt_parts rg__gpt_parts(const rg_gpt *g);
 
 #endif

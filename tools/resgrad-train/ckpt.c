@@ -134,10 +134,14 @@ static const char *peek_meta(const char *path, ckpt_meta *m, char *why, size_t c
 }
 
 /* The words that must match between a checkpoint and the run that resumes it. */
+/* "positions=" only when it is not the block, so the models of earlier versions keep
+   their strings (load_checkpoint compares them whole). */
 void config_string(const opts *o, const task *t, char *out, size_t cap) {
-  snprintf(out, cap, "layers=%lld width=%lld heads=%lld vocab=%lld block=%lld",
-           (long long)o->layers, (long long)o->width, (long long)o->heads,
-           (long long)t->vocab, (long long)t->T);
+  int n = snprintf(out, cap, "layers=%lld width=%lld heads=%lld vocab=%lld block=%lld",
+                   (long long)o->layers, (long long)o->width, (long long)o->heads,
+                   (long long)t->vocab, (long long)t->T);
+  if (o->positions && o->positions != t->T && n > 0 && (size_t)n < cap)
+    snprintf(out + n, cap - (size_t)n, " positions=%lld", (long long)o->positions);
 }
 void task_string(const task *t, char *out, size_t cap) {
   if (t->kind == TASK_TEXT) snprintf(out, cap, "text");

@@ -390,10 +390,10 @@ int open_model(run *r, int dry, size_t pass_budget, size_t persistent_budget) {
            (long long)((o->width + 127) / 128));
     return EXIT_USAGE;
   }
-  rg_gpt_config cfg = {.vocab = r->t.vocab, .block = r->t.T, .layers = o->layers,
-                       .width = o->width, .heads = o->heads,
+  rg_gpt_config cfg = {.vocab = r->t.vocab, .block = o->positions ? o->positions : r->t.T,
+                       .layers = o->layers, .width = o->width, .heads = o->heads,
                        .checkpoint = (int)o->checkpoint_activations};
-  r->gpt = rg_gpt_new(r->ctx, &cfg, NULL);
+  r->gpt = o->init_hf && !o->resume ? init_hf_model(r, dry) : rg_gpt_new(r->ctx, &cfg, NULL);
   if (!r->gpt) return rg_fail(r->ctx, rg_error(r->ctx), "cannot build the model");
   rg_adamw_options ao = {o->lr, 0.9f, 0.99f, 1e-8f, o->wd};
   r->opt = rg_optim_adamw(r->ctx, &ao);
@@ -472,6 +472,7 @@ static int prepare(run *r, size_t *pass_budget, size_t *persistent_budget) {
   int rc = check_paths(o, &r->p);
   if (rc >= 0) return rc;
   rc = o->resume ? resume_options(o, r->given, &r->meta) : 0;
+  if (!rc && o->init_hf && init_hf_options(o, r->given) >= 0) rc = EXIT_USAGE;
   int text = o->text || !strcmp(r->meta.task, "text");
   int tokens = o->tokens || !strcmp(r->meta.task, "tokens");
   if (!rc && check_opts(o, r->given, text, tokens) >= 0) rc = EXIT_USAGE;

@@ -24,6 +24,12 @@ const opt_row OPTS[] = {
   ROW("digits", "N", "3", OPT_INT, digits, 1, 9, "addition: digits per operand"),
   ROW("block", "N", "64", OPT_INT, block, 2, 4096,
       "--text, --tokens: context length in bytes or tokens"),
+  ROW("positions", "N", "0", OPT_INT, positions, 0, 1 << 20,
+      "the model's longest sequence (rows of its position table), at least --block; a "
+      "model trained on --block windows can then generate up to N tokens (0: --block)"),
+  ROW("init-hf", "PATH", "", OPT_STR, init_hf, 0, 0,
+      "fine-tune a Hugging Face GPT-2 (a folder with model.safetensors and config.json, or "
+      "the file) on --tokens: the model's shape comes from it; --vocab defaults to its"),
   ROW("layers", "N", "2", OPT_INT, layers, 1, 64, "transformer blocks"),
   ROW("width", "N", "64", OPT_INT, width, 1, 8192, "embedding width (a multiple of --heads)"),
   ROW("heads", "N", "4", OPT_INT, heads, 1, 256, "attention heads"),
@@ -198,6 +204,7 @@ static void print_help(FILE *f) {
              "  " PROG " --text book.txt --steps 2000 --sample 500 --plot loss.svg\n"
              "  " PROG " --resume book.st --sample 300 --prompt 'Once' --top-k 20\n"
              "  " PROG " --tokens train.bin --val-tokens val.bin --vocab 50257 --block 256\n"
+             "  " PROG " --init-hf gpt2/ --tokens train.bin --block 256 --save ft.st\n"
              "  resgrad-run -n 2 -- " PROG " --distributed --device cpu --batch 16\n"
              "\nFiles: nothing is written or trained before every path is checked; an\n"
              "output that is the same file as an input or another output is refused\n"
@@ -285,6 +292,11 @@ int check_opts(const opts *o, const unsigned char *given, int text_task, int tok
   if (o->width % o->heads) {
     errorf("--width %lld is not a multiple of --heads %lld", (long long)o->width,
            (long long)o->heads);
+    return EXIT_USAGE;
+  }
+  if (o->positions && o->positions < o->block) {
+    errorf("--positions %lld is shorter than --block %lld: the model must hold a window",
+           (long long)o->positions, (long long)o->block);
     return EXIT_USAGE;
   }
   if (o->stop_at > o->steps) {

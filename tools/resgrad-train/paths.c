@@ -137,6 +137,7 @@ int check_paths(const opts *o, paths *out) {
     {"--tokens", o->tokens, 0},
     {"--val-tokens", o->val_tokens, 0},
     {"--resume", o->resume, 0},
+    {"--init-hf", o->init_hf ? init_hf_file(o->init_hf) : NULL, 0},
     {"--save", o->save, 1},
     {"--plot", o->plot, 1},
     {"--trace", o->trace, 1},

@@ -10,6 +10,7 @@
  *              vocabularies
  *   ckpt.c     checkpoint metadata (read before the model exists), save and load
  *   memory.c   a dry run of the step that says whether the run fits, before it starts
+ *   init_hf.c  --init-hf: the shape of a Hugging Face GPT-2 to fine-tune, and its weights
  *   decode.c   greedy answers (addition), sampling (text: temperature, top-k, top-p)
  *   plot.c     the SVG of the loss curves
  *
@@ -46,7 +47,8 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
 typedef struct opts {
   const char *text, *tokens, *val_tokens, *device, *save, *resume, *plot, *trace, *prompt;
-  int64_t vocab, digits, block, layers, width, heads;
+  const char *init_hf;
+  int64_t vocab, digits, block, positions, layers, width, heads;
   int64_t steps, stop_at, batch, warmup, threads, eval, eval_every, log_every, sample;
   int64_t save_every, top_k;
   float lr, wd, clip, temperature, top_p;
@@ -203,6 +205,18 @@ rg_status train_step(run *r, const int32_t *idx, const int32_t *tgt, float *loss
 /* Loss on the held-out batch, in evaluation mode. */
 rg_status heldout_loss(run *r, float *out);
 rg_tensor batch_loss(run *r, const int32_t *idx, const int32_t *tgt, int64_t B);
+
+/* ---- fine-tuning (init_hf.c) ------------------------------------------------------------ */
+
+/* --init-hf: checks the options that go with it and takes the model's shape (--layers,
+   --width, --heads, --positions, and --vocab when not given) from the checkpoint, read on
+   a dry-run context. Returns -1 to go on, else EXIT_USAGE after one line saying why. */
+int init_hf_options(opts *o, const unsigned char *given);
+/* --init-hf's file: PATH, or PATH/model.safetensors for a folder (a static buffer). */
+const char *init_hf_file(const char *path);
+/* The --init-hf model on r->ctx (its weights; a dry-run context gets rg_gpt_new's model
+   of the same shape, the same parameters). NULL with the sticky error set. */
+rg_gpt *init_hf_model(run *r, int dry);
 
 /* ---- memory (memory.c) ------------------------------------------------------------------ */
 

@@ -77,7 +77,10 @@ NON_OP_CALLS <- c(rg_input = "test-layout.R (ag_tensor)", rg_copy = "reshape, de
                   rg_zero_grad = "test-train.R", rg_clip_grad_norm = "test-train.R",
                   rg_clip_grad_value = "test-train.R", rg_optim_step = "test-train.R",
                   rg_ring_push = "test-ring.R", rg_ring_gather = "test-ring.R",
-                  rg_ring_sample = "test-ring.R")
+                  rg_ring_sample = "test-ring.R",
+                  rg_kv_write = "C only for now: tests/test_generate.c (rg_gpt_generate)",
+                  rg_attention_cached = "C only for now: tests/test_generate.c",
+                  rg_sample = "C only for now: tests/test_generate.c")
 
 test_that("every op has a case", {
   ops <- resgrad:::.rg_ops
