@@ -50,39 +50,52 @@ rg_status rg_cpu_kv_write(rg_kargs *k) {
   return RG_OK;
 }
 
-rg_status rg_cpu_attention_cached(rg_kargs *k) {
-  const rg_tv *qkv = &k->in[0], *K = &k->in[1];
-  const float *x = qkv->p, *kc = K->p, *vc = k->in[2].p;
-  const int32_t *pos = k->in[3].p;
-  float *o = k->out[0].p;
-  int64_t B = K->dims[0], H = K->dims[1], S = K->dims[2], D = K->dims[3], T = qkv->dims[1];
-  int64_t C = H * D, rows = B * T * H;
-  rg_status st = check_pos(k, pos, B, S, T);
-  if (st != RG_OK) return st;
-  float scale = 1.0f / sqrtf((float)D);
-#pragma omp parallel for num_threads(nthreads(k)) if(rows * D * S > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t h = r % H, t = r / H % T, b = r / (H * T), n = pos[b] + t + 1;
-    const float *q = x + (b * T + t) * 3 * C + h * D;
-    const float *kb = kc + (b * H + h) * S * D, *vb = vc + (b * H + h) * S * D;
-    float *out = o + (b * T + t) * C + h * D;
+typedef struct cached_job {
+  const float *x, *kc, *vc;
+  const int32_t *pos;
+  float *o, scale;
+  int64_t H, S, D, T;
+} cached_job;
+
+/* Rows [lo, hi) of b, t, h: one query against its sequence's cached keys and values. */
+static void cached_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  (void)slot;
+  const cached_job *j = arg;
+  int64_t H = j->H, S = j->S, D = j->D, T = j->T, C = H * D;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t h = r % H, t = r / H % T, b = r / (H * T), n = j->pos[b] + t + 1;
+    const float *q = j->x + (b * T + t) * 3 * C + h * D;
+    const float *kb = j->kc + (b * H + h) * S * D, *vb = j->vc + (b * H + h) * S * D;
+    float *out = j->o + (b * T + t) * C + h * D;
     float m = -INFINITY;
     for (int64_t s = 0; s < n; s++) { /* the row's largest score, then the weighted sum */
       float d = 0;
-      for (int64_t j = 0; j < D; j++) d += q[j] * kb[s * D + j];
-      if (d * scale > m) m = d * scale;
+      for (int64_t i = 0; i < D; i++) d += q[i] * kb[s * D + i];
+      if (d * j->scale > m) m = d * j->scale;
     }
     double l = 0;
-    for (int64_t j = 0; j < D; j++) out[j] = 0;
+    for (int64_t i = 0; i < D; i++) out[i] = 0;
     for (int64_t s = 0; s < n; s++) {
       float d = 0;
-      for (int64_t j = 0; j < D; j++) d += q[j] * kb[s * D + j];
-      float p = expf(d * scale - m);
+      for (int64_t i = 0; i < D; i++) d += q[i] * kb[s * D + i];
+      float p = expf(d * j->scale - m);
       l += p;
-      for (int64_t j = 0; j < D; j++) out[j] += p * vb[s * D + j];
+      for (int64_t i = 0; i < D; i++) out[i] += p * vb[s * D + i];
     }
-    for (int64_t j = 0; j < D; j++) out[j] = (float)(out[j] / l);
+    for (int64_t i = 0; i < D; i++) out[i] = (float)(out[i] / l);
   }
+}
+
+rg_status rg_cpu_attention_cached(rg_kargs *k) {
+  const rg_tv *qkv = &k->in[0], *K = &k->in[1];
+  const int32_t *pos = k->in[3].p;
+  int64_t B = K->dims[0], H = K->dims[1], S = K->dims[2], D = K->dims[3], T = qkv->dims[1];
+  int64_t rows = B * T * H;
+  rg_status st = check_pos(k, pos, B, S, T);
+  if (st != RG_OK) return st;
+  cached_job j = {qkv->p, K->p, k->in[2].p, pos, k->out[0].p, 1.0f / sqrtf((float)D),
+                  H, S, D, T};
+  rg_cpu_for(rows, par_threads(k, rows * D * S > PAR_MIN), cached_range, &j);
   return RG_OK;
 }
 
@@ -136,6 +149,25 @@ static int32_t sample_row(const float *x, int64_t V, const rg_node *n, uint32_t 
   return (int32_t)a;
 }
 
+typedef struct sample_job {
+  const float *x;
+  const int32_t *ctr;
+  int32_t *out;
+  const rg_node *node;
+  int64_t V;
+  uint32_t *key; /* V keys and V weights per slot, or NULL (greedy) */
+  float *w;
+} sample_job;
+
+static void sample_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const sample_job *j = arg;
+  int64_t V = j->V;
+  for (int64_t r = lo; r < hi; r++)
+    j->out[r] = sample_row(j->x + r * V, V, j->node, j->ctr ? (uint32_t)j->ctr[r] : 0,
+                           (uint64_t)r, j->key ? j->key + (size_t)slot * V : NULL,
+                           j->w ? j->w + (size_t)slot * V : NULL);
+}
+
 rg_status rg_cpu_sample(rg_kargs *k) {
   const rg_tv *x = &k->in[0];
   const int32_t *ctr = k->in[1].p;
@@ -156,13 +188,8 @@ rg_status rg_cpu_sample(rg_kargs *k) {
       return RG_ERR_OOM;
     }
   }
-#pragma omp parallel for num_threads(nthreads(k)) if(R * V > PAR_MIN) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    int id = thread_id();
-    out[r] = sample_row((const float *)x->p + r * V, V, k->node, ctr ? (uint32_t)ctr[r] : 0,
-                        (uint64_t)r, key ? key + (size_t)id * V : NULL,
-                        w ? w + (size_t)id * V : NULL);
-  }
+  rg_cpu_for(R, par_threads(k, R * V > PAR_MIN), sample_range,
+             &(sample_job){x->p, ctr, out, k->node, V, key, w});
   rg__free(k->ctx, key);
   rg__free(k->ctx, w);
   return RG_OK;
