@@ -31,6 +31,12 @@
 #define VHMAX(v) _mm512_reduce_max_ps(v)
 #define VHSUMD(v) avx512_hsumd(v)
 #define VSQRT(v) _mm512_sqrt_ps(v)
+#define VLOADN(p, n) _mm512_maskz_loadu_ps(avx512_first(n), p)
+#define VSTOREN(p, v, n) _mm512_mask_storeu_ps(p, avx512_first(n), v)
+#define VKEEP(v, n) _mm512_maskz_mov_ps(avx512_first(n), v)
+
+/* The mask of lanes [0, n), n < 16. */
+static inline __mmask16 avx512_first(int64_t n) { return (__mmask16)((1u << n) - 1); }
 
 VATTR static inline double avx512_hsumd(__m512 v) {
   __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));

@@ -25,7 +25,16 @@
 
 #include <string.h>
 
-/* Loads n < W floats into a zero-padded vector (and stores the first n lanes back). */
+/* Loads n < W floats into a zero-padded vector (and stores the first n lanes back);
+   keep zeroes the lanes from n on. An instruction set with masked loads and stores
+   defines VLOADN(p, n), VSTOREN(p, v, n) and VKEEP(v, n), and its functions then keep no
+   vector-sized buffer on the stack: GCC misaligns such a buffer of 64-byte vectors when
+   ASan moves it to its fake stack (detect_stack_use_after_return), which faults. */
+#ifdef VLOADN
+VATTR static inline V VN(load_part)(const float *p, int64_t n) { return VLOADN(p, n); }
+VATTR static inline void VN(store_part)(float *p, V v, int64_t n) { VSTOREN(p, v, n); }
+VATTR static inline V VN(keep)(V v, int64_t n) { return VKEEP(v, n); }
+#else
 VATTR static inline V VN(load_part)(const float *p, int64_t n) {
   float b[W] = {0};
   memcpy(b, p, (size_t)n * sizeof(float));
@@ -36,6 +45,12 @@ VATTR static inline void VN(store_part)(float *p, V v, int64_t n) {
   VSTORE(b, v);
   memcpy(p, b, (size_t)n * sizeof(float));
 }
+VATTR static inline V VN(keep)(V v, int64_t n) {
+  float b[W] = {0};
+  VN(store_part)(b, v, n);
+  return VLOAD(b);
+}
+#endif
 
 VATTR static float VN(dot)(const float *a, const float *b, int64_t n) {
   V s0 = VSET1(0.f), s1 = s0, s2 = s0, s3 = s0;
@@ -133,11 +148,9 @@ VATTR static double VN(exp_sum)(const float *x, float shift, float *y, int64_t n
     s += VHSUMD(e);
   }
   if (i < n) {
-    float b[W];
-    V e = VN(exp)(VSUB(VN(load_part)(x + i, n - i), sh));
-    VSTORE(b, e);
-    for (int64_t j = 0; j < n - i; j++) s += b[j];
-    if (y) memcpy(y + i, b, (size_t)(n - i) * sizeof(float));
+    V e = VN(keep)(VN(exp)(VSUB(VN(load_part)(x + i, n - i), sh)), n - i);
+    if (y) VN(store_part)(y + i, e, n - i);
+    s += VHSUMD(e);
   }
   return s;
 }
