@@ -22,12 +22,18 @@ rm -rf "$stage"
 cp -R "$root/r/resgrad" "$stage"
 rm -rf "$stage/src/lib" "$stage/src/Makevars" "$stage"/src/*.o "$stage"/src/*.so
 mkdir -p "$stage/src/lib/cuda"
-cp -R "$root/include" "$root/src/core" "$root/src/cpu" "$root/src/nn" "$stage/src/lib/"
+cp -R "$root/include" "$root/src/core" "$root/src/cpu" "$root/src/nn" "$root/src/text" \
+  "$stage/src/lib/"
 cp "$root/src/cuda/stub.c" "$stage/src/lib/cuda/"
 # The tiny GPT-2 that transformers made (the C and Python tests' fixture), for the tests
 # and examples of ag_gpt_load_hf: system.file("extdata", "hf_gpt2_tiny", package = "resgrad").
 mkdir -p "$stage/inst/extdata"
 cp -R "$root/tests/data/hf_gpt2_tiny" "$stage/inst/extdata/"
+# The miniature GPT-2 tokenizer, for ag_tokenizer's tests and examples: its vocab.json and
+# merges.txt and the reference ids, not its tokenizer.json forms (the C tests cover those).
+mkdir -p "$stage/inst/extdata/bpe"
+cp "$root/tests/data/bpe/vocab.json" "$root/tests/data/bpe/merges.txt" \
+  "$root/tests/data/bpe/expected.json" "$stage/inst/extdata/bpe/"
 ${PYTHON:-python3} "$root/r/gen_bindings.py" "$root/include/resgrad.h" \
   "$root/src/core/ops.h" "$stage"
 

@@ -34,7 +34,8 @@
   X(rgr_data_open, 3) X(rgr_data_batch, 4) X(rgr_data_seek, 2) X(rgr_data_info, 1)          \
   X(rgr_data_close, 1) X(rgr_gpt_load_hf, 4) X(rgr_gpt_save_hf, 2) X(rgr_gpt_config, 1)     \
   X(rgr_reset, 2) X(rgr_device_memory, 1) X(rgr_label_push, 2) X(rgr_label_pop, 1)          \
-  X(rgr_dump_handles, 2)
+  X(rgr_dump_handles, 2) X(rgr_gpt_generate, 5) X(rgr_bpe_load, 1) X(rgr_bpe_encode, 2)     \
+  X(rgr_bpe_decode, 3) X(rgr_bpe_vocab_size, 1)
 
 RGR_ROUTINES(RGR_DECL)
 #undef RGR_DECL

@@ -130,3 +130,37 @@ SEXP rgr_gpt_loss(SEXP p, SEXP idx, SEXP targets, SEXP ignore) {
 }
 
 SEXP rgr_gpt_param_count(SEXP p) { return Rf_ScalarReal((double)rg_gpt_param_count(gpt_of(p))); }
+
+/* rg_gpt_generate. prompts: I32 [batch, prompt_len] row-major (R transposed it), right
+   padded; lens: I32 [batch], each row's length; cfg: c(temperature, top_k, top_p, seed,
+   stop) with stop -1 for none (R checked the types: the library checks the values). The
+   result is an R integer matrix [batch, max_new] with NA after a row's stop token. */
+SEXP rgr_gpt_generate(SEXP p, SEXP prompts, SEXP lens, SEXP max_new, SEXP cfg) {
+  rg_gpt *g = gpt_of(p);
+  rg_ctx *ctx = rgr_ctx_ptr(R_ExternalPtrProtected(p));
+  int64_t batch = XLENGTH(lens), n = (int64_t)rgr_int_arg(max_new, "max_new");
+  if (batch < 1 || n < 1)
+    rgr_signal(RG_ERR_MISUSE, "ag_gpt_generate: give at least one prompt and max_new >= 1 "
+               "(max_new is %lld)", (long long)n);
+  int64_t plen = XLENGTH(prompts) / batch, block = rg_gpt_config_of(g)->block;
+  if (n > block) /* before allocating the result: the library would refuse it anyway */
+    rgr_signal(RG_ERR_MISUSE, "ag_gpt_generate: max_new %lld is over the model's block "
+               "size %lld: the longest prompt + max_new - 1 must fit it", (long long)n,
+               (long long)block);
+  const double *c = REAL(cfg);
+  rg_sample_config sc = {(float)c[0], (int64_t)c[1], (float)c[2], (uint64_t)c[3],
+                         (int32_t)c[4]};
+  int64_t *ln = (int64_t *)R_alloc((size_t)batch, sizeof *ln);
+  for (int64_t b = 0; b < batch; b++) ln[b] = INTEGER(lens)[b];
+  int32_t *out = (int32_t *)R_alloc((size_t)(batch * n), sizeof *out);
+  rgr_check(ctx, rg_gpt_generate(g, INTEGER(prompts), ln, batch, plen, n, &sc, out));
+  SEXP r = PROTECT(Rf_allocMatrix(INTSXP, (int)batch, (int)n));
+  int *ri = INTEGER(r);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t j = 0; j < n; j++) {
+      int32_t t = out[b * n + j];
+      ri[j * batch + b] = t < 0 ? NA_INTEGER : t;
+    }
+  UNPROTECT(1);
+  return r;
+}

@@ -78,9 +78,9 @@ NON_OP_CALLS <- c(rg_input = "test-layout.R (ag_tensor)", rg_copy = "reshape, de
                   rg_clip_grad_value = "test-train.R", rg_optim_step = "test-train.R",
                   rg_ring_push = "test-ring.R", rg_ring_gather = "test-ring.R",
                   rg_ring_sample = "test-ring.R",
-                  rg_kv_write = "C only for now: tests/test_generate.c (rg_gpt_generate)",
-                  rg_attention_cached = "C only for now: tests/test_generate.c",
-                  rg_sample = "C only for now: tests/test_generate.c")
+                  rg_kv_write = "test-generate.R (ag_gpt_generate)",
+                  rg_attention_cached = "test-generate.R (ag_gpt_generate)",
+                  rg_sample = "test-generate.R (ag_gpt_generate, sampling)")
 
 test_that("every op has a case", {
   ops <- resgrad:::.rg_ops
