@@ -1,6 +1,7 @@
 /*
  * profile.c - RG_PROFILE=1: time per op, gathered by a backend over its drains and printed
- * as one table on stderr when the context closes. The backends time their nodes their own
+ * as one table through the notice sink (notice.c: stderr unless the embedding program
+ * names its own) when the context closes. The backends time their nodes their own
  * way (CUDA: event pairs on the stream, device time; CPU: the host's monotonic clock around
  * each kernel) and share the counting and the table here, so both print the same columns.
  *
@@ -41,9 +42,9 @@ void rg__profile_print(const rg_profile *p, const char *clock) {
       int t = order[j];
       order[j] = order[j - 1], order[j - 1] = t;
     }
-  fprintf(stderr, "resgrad profile: %lld drains, %.3f ms of %s per drain\n", p->drains,
-          total / (double)p->drains, clock);
-  fprintf(stderr, "  %-28s %10s %12s %10s %6s\n", "op", "calls", "total ms", "mean us", "%");
+  rg__notice("resgrad profile: %lld drains, %.3f ms of %s per drain", p->drains,
+             total / (double)p->drains, clock);
+  rg__notice("  %-28s %10s %12s %10s %6s", "op", "calls", "total ms", "mean us", "%");
   for (int k = 0; k < n; k++) {
     int i = order[k];
     /* ops recorded by one call (rg_backward's accum, matmul_acc, sum_to_acc) are told
@@ -56,7 +57,7 @@ void rg__profile_print(const rg_profile *p, const char *clock) {
       snprintf(name, sizeof name, "%s (%s)", rg_optab[i].name, rg_optab[i].kernel);
     else
       snprintf(name, sizeof name, "%s", rg_optab[i].name);
-    fprintf(stderr, "  %-28s %10lld %12.3f %10.2f %6.1f\n", name, p->calls[i], p->ms[i],
-            1e3 * p->ms[i] / (double)p->calls[i], 100.0 * p->ms[i] / (total > 0 ? total : 1));
+    rg__notice("  %-28s %10lld %12.3f %10.2f %6.1f", name, p->calls[i], p->ms[i],
+               1e3 * p->ms[i] / (double)p->calls[i], 100.0 * p->ms[i] / (total > 0 ? total : 1));
   }
 }
