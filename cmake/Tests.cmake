@@ -59,11 +59,11 @@ if(RG_BUILD_TESTS)
       SKIP_RETURN_CODE 77 TIMEOUT ${RG_TEST_TIMEOUT} ENVIRONMENT "${_rg_test_env}")
   endforeach()
 
-  # The CPU kernels' row functions have one table per instruction set (src/cpu/vec.h),
-  # chosen at run time: the CPU reference tests run once more with each narrower table
-  # forced (a table the CPU lacks falls back to the best it has).
+  # The CPU kernels' row functions and GEMM kernels have one table per instruction set
+  # (src/cpu/vec.h, gemm.h), chosen at run time: the CPU reference tests run once more
+  # with each narrower table forced (a table the CPU lacks falls back to the best it has).
   foreach(_isa portable avx2)
-    foreach(_t test_ops test_nn)
+    foreach(_t test_ops test_nn test_gemm)
       set(_wd "${PROJECT_BINARY_DIR}/tests/${_t}_${_isa}")
       file(MAKE_DIRECTORY "${_wd}")
       add_test(NAME ${_t}_${_isa} COMMAND ${_t} WORKING_DIRECTORY "${_wd}")

@@ -4,11 +4,13 @@
  *
  * C[M,N] = op(A) op(B) (+ C), row-major with leading dimensions. Every case runs all four
  * transpose combinations with accumulate off and on, over odd sizes (1x1x1, 17x33x65,
- * 128x64x96 and others), with leading dimensions equal to and larger than the row length.
+ * 128x64x96, and sizes past the built-in GEMM's blocks: K over 256, M over 96, N over
+ * 1024), with leading dimensions equal to and larger than the row length.
  * Padding between rows holds NaN in A and B (reading it would poison a result) and a
  * sentinel in C (writing it is caught). With accumulate off, C starts as NaN (it must
  * not be read). The built-in GEMM must give bit-identical results for 1, 2 and 3 threads
  * of a CPU pool (src/cpu/pool.h) made current for the whole test, as a drain makes it.
+ * ctest runs it once per instruction set's kernel (RG_CPU_ISA, src/cpu/gemm.h).
  *
  * Tolerance: each element's error is divided by sum_k |a_ik b_kj| (+ |c_ij| when
  * accumulating), the scale of any float summation; a float sum of K products in any
@@ -25,7 +27,7 @@
 
 #define SENTINEL 12345.678f
 
-typedef void (*gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+typedef bool (*gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                         int accumulate, int threads);
 
@@ -69,7 +71,9 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = NAN; /* must not be read */
   memcpy(C0, C, (size_t)(M * ldc + 1) * sizeof(float));
-  f(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, threads);
+  CHECK(f(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, threads),
+        "%s %lldx%lldx%lld: reported no memory for its buffers", name, (long long)M,
+        (long long)N, (long long)K);
   double worst = 0, tol = 2e-7 * (double)(K + 2);
   int64_t wi = -1, wj = -1;
   double wgot = 0, wwant = 0;
@@ -116,7 +120,7 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
 
 static const int64_t sizes[][3] = {
     {1, 1, 1}, {17, 33, 65}, {128, 64, 96}, {2, 3, 1}, {1, 7, 5}, {9, 1, 4}, {5, 6, 0},
-    {65, 65, 129}, {4, 8, 128}, {3, 70, 2},
+    {65, 65, 129}, {4, 8, 128}, {3, 70, 2}, {13, 33, 600}, {200, 1100, 9}, {97, 40, 257},
 };
 
 int main(void) {
@@ -144,7 +148,8 @@ int main(void) {
      give bit-identical C, on shapes large enough to run in parallel (M*N*K >= 2^18 with
      several tiles) and on small ones. */
   int before = test_failures_;
-  static const int64_t big[][3] = {{128, 64, 96}, {200, 150, 70}, {17, 33, 65}, {130, 130, 20}};
+  static const int64_t big[][3] = {{128, 64, 96}, {200, 150, 70}, {17, 33, 65}, {130, 130, 20},
+                                   {400, 70, 300}, {40, 1100, 30}};
   for (size_t s = 0; s < sizeof big / sizeof big[0]; s++)
     for (int ta = 0; ta <= 1; ta++)
       for (int tb = 0; tb <= 1; tb++)

@@ -7,8 +7,9 @@
  * rg_cpu_for (pool.h) splits rows over the context's threads (at most k->threads); results
  * do not depend on the thread count (each output element is written by one thread,
  * reductions in a fixed order).
- * Matrix products are cut into blocks by their shape alone (matmul.c), each block one
- * call of the built-in GEMM or, with a CBLAS (RG_HAVE_CBLAS), of the BLAS on one thread:
+ * Matrix products go to the built-in GEMM (gemm.c), whose sums do not depend on how its
+ * work is cut, or, with a CBLAS (RG_HAVE_CBLAS) and no vector kernel for the CPU, are cut
+ * into blocks by their shape alone, each block one call of the BLAS on one thread:
  * OpenBLAS is set so (backend.c); another BLAS that threads a call itself may round
  * differently for another thread count.
  */
@@ -37,13 +38,15 @@ void rg_cpu_bcast_strides(const rg_tv *x, const rg_tv *out, int skip, int64_t st
 int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_DIMS],
                             int64_t r);
 
-/* C[M,N] = op(A) op(B) (+ C if accumulate), row-major with leading dimensions; BLAS
-   sgemm when the build found one, the built-in blocked GEMM otherwise. */
-void rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+/* C[M,N] = op(A) op(B) (+ C if accumulate), row-major with leading dimensions: the
+   built-in GEMM (gemm.c) where it has a vector kernel for this CPU, else BLAS sgemm when
+   the build found one (matmul.c says why). false: out of host memory for the packing
+   buffers, C untouched. */
+bool rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                  int accumulate, int threads);
-/* The built-in GEMM, always compiled (tests compare it with a naive loop). */
-void rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+/* The built-in GEMM (gemm.c), always compiled (tests compare it with a naive loop). */
+bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                          int accumulate, int threads);
 

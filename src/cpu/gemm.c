@@ -1,0 +1,235 @@
+/*
+ * gemm.c - the built-in GEMM: C = op(A) op(B) (+ C), row-major, packed panels and a
+ * register kernel per instruction set (gemm.h), the blocks of C spread over the context's
+ * threads.
+ *
+ * Invariants:
+ *  - K is cut into equal blocks of at most KC_MAX by K alone; each element of C is the sum
+ *    of its blocks' partial sums in block order, each partial summed from zero in k order
+ *    by the kernel (gemm.h). Nothing else depends on how C is cut, so results are the same
+ *    for any thread count and any cut of C into tasks.
+ *  - op(A) and op(B) are read through their leading dimensions; transposes cost nothing
+ *    but the packing's access order.
+ *  - The packed panels of each thread live in one buffer per call: on the stack when small
+ *    and one thread runs, else from the heap (false when it cannot be had).
+ */
+#include "cpu.h"
+#include "gemm.h"
+#include "vec.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Blocking: a task's rows go MC at a time (its packed A, MC x kc, stays in L2 while the
+   kernel sweeps B), its columns NC at a time (the packed B, kc x NC). MC is a multiple of
+   every kernel's MR and NC of every NR. */
+#define KC_MAX 256
+#define MC 96
+#define NC 1024
+/* Below this many multiply-adds a GEMM runs on the calling thread only. */
+#define GEMM_PAR_MIN (1 << 18)
+/* Stack floats for the panels of a small one-thread product. */
+#define STACK_FLOATS 4096
+
+/* ---- the portable kernel ----------------------------------------------------------------- */
+
+/* GCC and Clang get explicit vectors (of the baseline's width) because their
+   auto-vectoriser handles the plain loop badly; other compilers get the plain loop, which
+   sums in the same order. */
+#if defined(__GNUC__) || defined(__clang__)
+#if defined(__AVX__)
+#define VW 8
+#else
+#define VW 4
+#endif
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+#define PMR 6
+#define PNR (2 * VW)
+static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                          int m, int n, int add) {
+  vf acc[PMR][2];
+  memset(acc, 0, sizeof acc);
+  for (int64_t p = 0; p < kc; p++) {
+    vf b0, b1;
+    memcpy(&b0, bp + p * PNR, sizeof b0);
+    memcpy(&b1, bp + p * PNR + VW, sizeof b1);
+#pragma GCC unroll 8
+    for (int i = 0; i < PMR; i++) {
+      float a = ap[p * PMR + i];
+      acc[i][0] += b0 * a;
+      acc[i][1] += b1 * a;
+    }
+  }
+  float out[PMR][PNR];
+  memcpy(out, acc, sizeof out);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) c[i * ldc + j] = add ? c[i * ldc + j] + out[i][j] : out[i][j];
+}
+#else
+#define PMR 4
+#define PNR 8
+static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                          int m, int n, int add) {
+  float acc[PMR][PNR] = {{0}};
+  for (int64_t p = 0; p < kc; p++)
+    for (int i = 0; i < PMR; i++)
+      for (int j = 0; j < PNR; j++) acc[i][j] += ap[p * PMR + i] * bp[p * PNR + j];
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+#endif
+
+const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile};
+
+_Static_assert(MC % 12 == 0 && MC % PMR == 0 && NC % 32 == 0 && NC % PNR == 0,
+               "the blocks hold whole tiles of every kernel");
+
+const rg_gemm_kernel *rg_gemm_kernel_get(void) {
+  static _Atomic(const rg_gemm_kernel *) chosen;
+  const rg_gemm_kernel *k = atomic_load_explicit(&chosen, memory_order_acquire);
+  if (k) return k;
+  const char *isa = rg_cpu_vec()->name; /* the same choice as the row functions */
+  k = !strcmp(isa, "avx512") ? rg_gemm_avx512() : !strcmp(isa, "avx2") ? rg_gemm_avx2() : NULL;
+  if (!k) k = &rg_gemm_portable;
+  atomic_store_explicit(&chosen, k, memory_order_release);
+  return k;
+}
+
+/* ---- packing ------------------------------------------------------------------------------- */
+
+typedef struct gemm_job {
+  const rg_gemm_kernel *kn;
+  int ta, tb, accumulate;
+  int64_t M, N, K, lda, ldb, ldc;
+  const float *A, *B;
+  float *C;
+  int64_t kc;         /* the K block (invariants) */
+  int64_t rows, cols; /* a task's block of C */
+  int64_t col_tasks;  /* tasks across N */
+  float *work;        /* per thread slot: the packed B, then the packed A */
+  int64_t bfloats, per_slot;
+} gemm_job;
+
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row strips, k-major; rows past mc zero. */
+static void pack_a(const gemm_job *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float *ap) {
+  const int mr = g->kn->mr;
+  for (int64_t s = 0; s < mc; s += mr, ap += mr * kc) {
+    int64_t h = min64(mr, mc - s);
+    if (g->ta) { /* op(A)[i][q] = A[q][i]: a strip's rows are adjacent */
+      for (int64_t p = 0; p < kc; p++) {
+        const float *src = g->A + (p0 + p) * g->lda + i0 + s;
+        float *dst = ap + p * mr;
+        for (int64_t r = 0; r < h; r++) dst[r] = src[r];
+        for (int64_t r = h; r < mr; r++) dst[r] = 0.f;
+      }
+    } else {
+      for (int64_t r = 0; r < h; r++) {
+        const float *src = g->A + (i0 + s + r) * g->lda + p0;
+        for (int64_t p = 0; p < kc; p++) ap[p * mr + r] = src[p];
+      }
+      for (int64_t r = h; r < mr; r++)
+        for (int64_t p = 0; p < kc; p++) ap[p * mr + r] = 0.f;
+    }
+  }
+}
+
+/* op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column strips, k-major; columns past nc zero. */
+static void pack_b(const gemm_job *g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                   float *bp) {
+  const int nr = g->kn->nr;
+  for (int64_t t = 0; t < nc; t += nr, bp += nr * kc) {
+    int64_t w = min64(nr, nc - t);
+    if (!g->tb) { /* a strip's row is adjacent in B */
+      for (int64_t p = 0; p < kc; p++) {
+        const float *src = g->B + (p0 + p) * g->ldb + j0 + t;
+        float *dst = bp + p * nr;
+        memcpy(dst, src, (size_t)w * sizeof(float));
+        for (int64_t c = w; c < nr; c++) dst[c] = 0.f;
+      }
+    } else { /* op(B)[q][j] = B[j][q]: a column of the strip is a row of B */
+      for (int64_t c = 0; c < w; c++) {
+        const float *src = g->B + (j0 + t + c) * g->ldb + p0;
+        for (int64_t p = 0; p < kc; p++) bp[p * nr + c] = src[p];
+      }
+      for (int64_t c = w; c < nr; c++)
+        for (int64_t p = 0; p < kc; p++) bp[p * nr + c] = 0.f;
+    }
+  }
+}
+
+/* ---- the blocks of one task, and the tasks --------------------------------------------------- */
+
+static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                      float *bp, float *ap) {
+  const rg_gemm_kernel *kn = g->kn;
+  for (int64_t jc = c0; jc < c1; jc += NC) {
+    int64_t nc = min64(NC, c1 - jc);
+    for (int64_t pc = 0; pc < g->K; pc += g->kc) {
+      int64_t kb = min64(g->kc, g->K - pc);
+      int add = pc > 0 || g->accumulate;
+      pack_b(g, pc, kb, jc, nc, bp);
+      for (int64_t ic = r0; ic < r1; ic += MC) {
+        int64_t mc = min64(MC, r1 - ic);
+        pack_a(g, ic, mc, pc, kb, ap);
+        for (int64_t jr = 0; jr < nc; jr += kn->nr)
+          for (int64_t ir = 0; ir < mc; ir += kn->mr)
+            kn->tile(kb, ap + ir * kb, bp + jr * kb, g->C + (ic + ir) * g->ldc + jc + jr,
+                     g->ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add);
+      }
+    }
+  }
+}
+
+static void tasks_range(void *arg, int64_t lo, int64_t hi, int slot) {
+  const gemm_job *g = arg;
+  float *bp = g->work + slot * g->per_slot, *ap = bp + g->bfloats;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t r0 = (t / g->col_tasks) * g->rows, c0 = (t % g->col_tasks) * g->cols;
+    run_block(g, r0, min64(g->M, r0 + g->rows), c0, min64(g->N, c0 + g->cols), bp, ap);
+  }
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                         int accumulate, int threads) {
+  if (M <= 0 || N <= 0) return true;
+  if (K <= 0) { /* the product is zero: C is zeroed, or left as it is when accumulating */
+    if (!accumulate)
+      for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+    return true;
+  }
+  gemm_job g = {.kn = rg_gemm_kernel_get(), .ta = ta, .tb = tb, .accumulate = accumulate,
+                .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B,
+                .C = C, .kc = cdiv(K, cdiv(K, KC_MAX))};
+  int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
+  /* Tasks: about two a thread (the pool hands them to whichever thread is free), cut
+     across M while it has enough rows, across N as well when it has not. Each task packs
+     its own panels of B, so fewer, larger tasks pack less. */
+  int64_t want = nt > 1 ? 2 * (int64_t)nt : 1, row_blocks = cdiv(M, MC);
+  g.rows = M;
+  g.cols = N;
+  g.col_tasks = 1;
+  if (want > 1 && row_blocks >= want) {
+    g.rows = round_up(cdiv(M, want), MC);
+  } else if (want > 1) {
+    g.rows = MC;
+    g.cols = round_up(cdiv(N, cdiv(want, row_blocks)), g.kn->nr);
+  }
+  g.col_tasks = cdiv(N, g.cols);
+  int64_t tasks = cdiv(M, g.rows) * g.col_tasks;
+  g.bfloats = g.kc * round_up(min64(g.cols, NC), g.kn->nr);
+  g.per_slot = round_up(g.bfloats + g.kc * round_up(min64(g.rows, MC), g.kn->mr), 16);
+  if (tasks < nt) nt = (int)tasks;
+  float stack[STACK_FLOATS];
+  bool heap = nt > 1 || g.per_slot > STACK_FLOATS;
+  g.work = heap ? malloc((size_t)(nt * g.per_slot) * sizeof(float)) : stack;
+  if (!g.work) return false;
+  rg_cpu_for(tasks, nt, tasks_range, &g);
+  if (heap) free(g.work);
+  return true;
+}

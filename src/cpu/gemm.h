@@ -1,0 +1,34 @@
+/*
+ * gemm.h - the built-in GEMM's register kernels, one per instruction set, chosen with the
+ * row functions' table (vec.h): the kernel of the table's instruction set, so RG_CPU_ISA
+ * forces both.
+ *
+ * A kernel computes one MR x NR tile of C from packed panels (gemm.c):
+ *   ap: MR rows of op(A), k-major (ap[p * MR + r]), rows past the tile's end zero;
+ *   bp: NR columns of op(B), k-major (bp[p * NR + c]), columns past the end zero;
+ * and writes the tile's first m rows and n columns to C (row-major, leading dimension
+ * ldc), adding them to C's values when add. Each element is summed in p order from zero
+ * by one fused multiply-add a step (a multiply and an add in the portable kernel), so its
+ * bits depend on kc and its own row and column only, not on where the tile sits.
+ */
+#ifndef RG_CPU_GEMM_H
+#define RG_CPU_GEMM_H
+
+#include <stdint.h>
+
+typedef struct rg_gemm_kernel {
+  const char *name; /* the instruction set's, as vec.h's table names it */
+  int mr, nr;
+  void (*tile)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int m,
+               int n, int add);
+} rg_gemm_kernel;
+
+/* The process's kernel: the one of rg_cpu_vec()'s instruction set. */
+const rg_gemm_kernel *rg_gemm_kernel_get(void);
+
+/* Per instruction set; NULL where the build cannot target it. */
+extern const rg_gemm_kernel rg_gemm_portable;
+const rg_gemm_kernel *rg_gemm_avx2(void);
+const rg_gemm_kernel *rg_gemm_avx512(void);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * gemm_avx512.c - gemm.h's register kernel for AVX-512F: a 12 x 32 tile in 24 vector
+ * accumulators (two vectors a row), compiled with a function target attribute so the
+ * rest of the build needs no instruction-set flag; NULL from rg_gemm_avx512 where the
+ * compiler cannot target x86-64 AVX-512.
+ */
+#include "gemm.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define MR 12
+#define NR 32
+#define TARGET __attribute__((target("avx512f")))
+
+/* Row i's two accumulators, the step that feeds them, and their store. */
+#define ACC(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+#define STEP(i)                                                                            \
+  {                                                                                        \
+    __m512 a = _mm512_set1_ps(ap[i]);                                                      \
+    c##i##_0 = _mm512_fmadd_ps(a, b0, c##i##_0);                                           \
+    c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);                                           \
+  }
+#define OUT(i)                                                                             \
+  if (i < m) row_out(c + (int64_t)i * ldc, c##i##_0, c##i##_1, k0, k1, add);
+
+TARGET static inline void row_out(float *r, __m512 v0, __m512 v1, __mmask16 k0, __mmask16 k1,
+                                  int add) {
+  if (add) {
+    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, r), v0);
+    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, r + 16), v1);
+  }
+  _mm512_mask_storeu_ps(r, k0, v0);
+  _mm512_mask_storeu_ps(r + 16, k1, v1);
+}
+
+TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                        int m, int n, int add) {
+  ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5) ACC(6) ACC(7) ACC(8) ACC(9) ACC(10) ACC(11)
+  for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+    STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
+    STEP(6) STEP(7) STEP(8) STEP(9) STEP(10) STEP(11)
+  }
+  /* the columns [0, n) of the tile's two vectors */
+  __mmask16 k0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+  __mmask16 k1 = n >= 32 ? (__mmask16)0xFFFF : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+  OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7) OUT(8) OUT(9) OUT(10) OUT(11)
+}
+
+static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile};
+
+const rg_gemm_kernel *rg_gemm_avx512(void) { return &kernel; }
+#else
+const rg_gemm_kernel *rg_gemm_avx512(void) { return 0; }
+#endif
