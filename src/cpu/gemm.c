@@ -26,7 +26,7 @@
    every kernel's MR and NC of every NR. */
 #define KC_MAX 256
 #define MC 96
-#define NC 1024
+#define NC 512
 /* Below this many multiply-adds a GEMM runs on the calling thread only. */
 #define GEMM_PAR_MIN (1 << 18)
 /* Stack floats for the panels of a small one-thread product. */
@@ -80,7 +80,7 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
 }
 #endif
 
-const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile};
+const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile, NULL};
 
 _Static_assert(MC % 12 == 0 && MC % PMR == 0 && NC % 32 == 0 && NC % PNR == 0,
                "the blocks hold whole tiles of every kernel");
@@ -124,6 +124,8 @@ static void pack_a(const gemm_job *g, int64_t i0, int64_t mc, int64_t p0, int64_
         for (int64_t r = 0; r < h; r++) dst[r] = src[r];
         for (int64_t r = h; r < mr; r++) dst[r] = 0.f;
       }
+    } else if (g->kn->pack_rows) {
+      g->kn->pack_rows(g->A + (i0 + s) * g->lda + p0, g->lda, (int)h, mr, kc, ap);
     } else {
       for (int64_t r = 0; r < h; r++) {
         const float *src = g->A + (i0 + s + r) * g->lda + p0;
@@ -148,7 +150,9 @@ static void pack_b(const gemm_job *g, int64_t p0, int64_t kc, int64_t j0, int64_
         memcpy(dst, src, (size_t)w * sizeof(float));
         for (int64_t c = w; c < nr; c++) dst[c] = 0.f;
       }
-    } else { /* op(B)[q][j] = B[j][q]: a column of the strip is a row of B */
+    } else if (g->kn->pack_rows) { /* op(B)[q][j] = B[j][q]: a strip's column is B's row */
+      g->kn->pack_rows(g->B + (j0 + t) * g->ldb + p0, g->ldb, (int)w, nr, kc, bp);
+    } else {
       for (int64_t c = 0; c < w; c++) {
         const float *src = g->B + (j0 + t + c) * g->ldb + p0;
         for (int64_t p = 0; p < kc; p++) bp[p * nr + c] = src[p];
@@ -173,8 +177,8 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
       for (int64_t ic = r0; ic < r1; ic += MC) {
         int64_t mc = min64(MC, r1 - ic);
         pack_a(g, ic, mc, pc, kb, ap);
-        for (int64_t jr = 0; jr < nc; jr += kn->nr)
-          for (int64_t ir = 0; ir < mc; ir += kn->mr)
+        for (int64_t ir = 0; ir < mc; ir += kn->mr)
+          for (int64_t jr = 0; jr < nc; jr += kn->nr)
             kn->tile(kb, ap + ir * kb, bp + jr * kb, g->C + (ic + ir) * g->ldc + jc + jr,
                      g->ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add);
       }

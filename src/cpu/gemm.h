@@ -21,6 +21,10 @@ typedef struct rg_gemm_kernel {
   int mr, nr;
   void (*tile)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int m,
                int n, int add);
+  /* Packs a strip of width w (mr for A, nr for B) from h <= w rows of a row-major
+     matrix: dst[p * w + r] = a[r * lda + p] for p < kc, zero for rows r >= h; the strips
+     of A from op(A) = A and of B from op(B) = B's transpose. NULL: gemm.c's loops. */
+  void (*pack_rows)(const float *a, int64_t lda, int h, int w, int64_t kc, float *dst);
 } rg_gemm_kernel;
 
 /* The process's kernel: the one of rg_cpu_vec()'s instruction set. */

@@ -13,6 +13,8 @@
 #define NR 16
 #define TARGET __attribute__((target("avx2,fma")))
 
+#include "gemm_x86.h"
+
 #define ACC(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
 #define STEP(i)                                                                            \
   {                                                                                        \
@@ -50,7 +52,7 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5)
 }
 
-static const rg_gemm_kernel kernel = {"avx2", MR, NR, tile};
+static const rg_gemm_kernel kernel = {"avx2", MR, NR, tile, pack_rows};
 
 const rg_gemm_kernel *rg_gemm_avx2(void) { return &kernel; }
 #else

@@ -11,7 +11,9 @@
 
 #define MR 12
 #define NR 32
-#define TARGET __attribute__((target("avx512f")))
+#define TARGET __attribute__((target("avx512f,avx2,fma")))
+
+#include "gemm_x86.h"
 
 /* Row i's two accumulators, the step that feeds them, and their store. */
 #define ACC(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
@@ -48,7 +50,7 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7) OUT(8) OUT(9) OUT(10) OUT(11)
 }
 
-static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile};
+static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile, pack_rows};
 
 const rg_gemm_kernel *rg_gemm_avx512(void) { return &kernel; }
 #else
