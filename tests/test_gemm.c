@@ -29,7 +29,7 @@
 
 typedef bool (*gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                        int accumulate, int threads);
+                        const float *bias, int accumulate, int threads);
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static float frand(void) {
@@ -67,11 +67,12 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
   float *A = make(ar, ac, lda, NAN), *B = make(br, bc, ldb, NAN);
   float *C = make(M, N, ldc, SENTINEL);
   float *C0 = malloc((size_t)(M * ldc + 1) * sizeof(float));
-  if (!acc)
+  float *bias = acc & 2 ? make(1, N, N, NAN) : NULL; /* acc: bit 0 accumulate, bit 1 bias */
+  if (!(acc & 1))
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = NAN; /* must not be read */
   memcpy(C0, C, (size_t)(M * ldc + 1) * sizeof(float));
-  CHECK(f(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, threads),
+  CHECK(f(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias, acc & 1, threads),
         "%s %lldx%lldx%lld: reported no memory for its buffers", name, (long long)M,
         (long long)N, (long long)K);
   double worst = 0, tol = 2e-7 * (double)(K + 2);
@@ -86,9 +87,13 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
         s += p;
         scale += fabs(p);
       }
-      if (acc) {
+      if (acc & 1) {
         s += C0[i * ldc + j];
         scale += fabs(C0[i * ldc + j]);
+      }
+      if (bias) {
+        s += bias[j];
+        scale += fabs(bias[j]);
       }
       double got = C[i * ldc + j], e = fabs(got - s) / (scale > 0 ? scale : 1);
       if (!(e <= worst)) {
@@ -113,6 +118,7 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
   free(A);
   free(B);
   free(C0);
+  free(bias);
   if (out) *out = C;
   else free(C);
   return pad_ok ? worst : INFINITY;
@@ -136,7 +142,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
       for (int ta = 0; ta <= 1; ta++)
         for (int tb = 0; tb <= 1; tb++)
-          for (int acc = 0; acc <= 1; acc++)
+          for (int acc = 0; acc <= 3; acc++)
             for (int64_t pad = 0; pad <= 5; pad += 5)
               run_case(fns[fi], names[fi], ta, tb, sizes[s][0], sizes[s][1], sizes[s][2], pad,
                        acc, 2, NULL);
@@ -153,7 +159,7 @@ int main(void) {
   for (size_t s = 0; s < sizeof big / sizeof big[0]; s++)
     for (int ta = 0; ta <= 1; ta++)
       for (int tb = 0; tb <= 1; tb++)
-        for (int acc = 0; acc <= 1; acc++) {
+        for (int acc = 0; acc <= 3; acc++) {
           int64_t M = big[s][0], N = big[s][1], K = big[s][2], ldc = N + 3;
           float *c[3] = {0};
           for (int t = 0; t < 3; t++) {
@@ -173,10 +179,10 @@ int main(void) {
 
   /* M or N zero: nothing is touched. */
   float C[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL}, A[4] = {1, 2, 3, 4};
-  rg_cpu_gemm_builtin(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, 0, 2);
-  rg_cpu_gemm_builtin(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, 0, 2);
-  rg_cpu_gemm(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, 0, 2);
-  rg_cpu_gemm(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, 0, 2);
+  rg_cpu_gemm_builtin(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, A, 0, 2);
+  rg_cpu_gemm_builtin(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, A, 0, 2);
+  rg_cpu_gemm(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, NULL, 0, 2);
+  rg_cpu_gemm(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, NULL, 0, 2);
   CHECK(C[0] == SENTINEL && C[3] == SENTINEL, "an empty GEMM wrote into C");
   rg_cpu_pool_use(NULL);
   rg_cpu_pool_free(pool);

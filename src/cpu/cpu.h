@@ -38,17 +38,18 @@ void rg_cpu_bcast_strides(const rg_tv *x, const rg_tv *out, int skip, int64_t st
 int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_DIMS],
                             int64_t r);
 
-/* C[M,N] = op(A) op(B) (+ C if accumulate), row-major with leading dimensions: the
+/* C[M,N] = op(A) op(B) (+ C if accumulate) (+ bias[j] in every row, bias NULL: none),
+   row-major with leading dimensions: the
    built-in GEMM (gemm.c) where it has a vector kernel for this CPU, else BLAS sgemm when
    the build found one (matmul.c says why). false: out of host memory for the packing
    buffers, C untouched. */
 bool rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                 int accumulate, int threads);
+                 const float *bias, int accumulate, int threads);
 /* The built-in GEMM (gemm.c), always compiled (tests compare it with a naive loop). */
 bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                         int accumulate, int threads);
+                         const float *bias, int accumulate, int threads);
 
 /* The backend's meminfo (memory.c): the host memory this process may still take. */
 rg_status rg_cpu_meminfo(rg_ctx *ctx, size_t *available, size_t *total);

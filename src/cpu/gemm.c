@@ -47,7 +47,7 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 #define PMR 6
 #define PNR (2 * VW)
 static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                          int m, int n, int add) {
+                          int m, int n, int add, const float *bias) {
   vf acc[PMR][2];
   memset(acc, 0, sizeof acc);
   for (int64_t p = 0; p < kc; p++) {
@@ -64,19 +64,21 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
   float out[PMR][PNR];
   memcpy(out, acc, sizeof out);
   for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) c[i * ldc + j] = add ? c[i * ldc + j] + out[i][j] : out[i][j];
+    for (int j = 0; j < n; j++)
+      c[i * ldc + j] = (add ? c[i * ldc + j] : bias ? bias[j] : 0.f) + out[i][j];
 }
 #else
 #define PMR 4
 #define PNR 8
 static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                          int m, int n, int add) {
+                          int m, int n, int add, const float *bias) {
   float acc[PMR][PNR] = {{0}};
   for (int64_t p = 0; p < kc; p++)
     for (int i = 0; i < PMR; i++)
       for (int j = 0; j < PNR; j++) acc[i][j] += ap[p * PMR + i] * bp[p * PNR + j];
   for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    for (int j = 0; j < n; j++)
+      c[i * ldc + j] = (add ? c[i * ldc + j] : bias ? bias[j] : 0.f) + acc[i][j];
 }
 #endif
 
@@ -104,6 +106,7 @@ typedef struct gemm_job {
   int64_t M, N, K, lda, ldb, ldc;
   const float *A, *B;
   float *C;
+  const float *bias;  /* a row added at the first K block (not with accumulate) */
   int64_t kc;         /* the K block (invariants) */
   int64_t rows, cols; /* a task's block of C */
   int64_t col_tasks;  /* tasks across N */
@@ -180,7 +183,8 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
         for (int64_t ir = 0; ir < mc; ir += kn->mr)
           for (int64_t jr = 0; jr < nc; jr += kn->nr)
             kn->tile(kb, ap + ir * kb, bp + jr * kb, g->C + (ic + ir) * g->ldc + jc + jr,
-                     g->ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add);
+                     g->ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add,
+                     g->bias ? g->bias + jc + jr : NULL);
       }
     }
   }
@@ -200,8 +204,14 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                         int accumulate, int threads) {
+                         const float *bias, int accumulate, int threads) {
   if (M <= 0 || N <= 0) return true;
+  if (bias && (accumulate || K <= 0)) { /* C (+)= bias first, then the product onto it */
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.f) + bias[j];
+    bias = NULL;
+    accumulate = 1;
+  }
   if (K <= 0) { /* the product is zero: C is zeroed, or left as it is when accumulating */
     if (!accumulate)
       for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
@@ -209,7 +219,7 @@ bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
   }
   gemm_job g = {.kn = rg_gemm_kernel_get(), .ta = ta, .tb = tb, .accumulate = accumulate,
                 .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B,
-                .C = C, .kc = cdiv(K, cdiv(K, KC_MAX))};
+                .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
   int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
   /* Tasks: about two a thread (the pool hands them to whichever thread is free), cut
      across M while it has enough rows, across N as well when it has not. Each task packs

@@ -7,7 +7,7 @@
  *   ap: MR rows of op(A), k-major (ap[p * MR + r]), rows past the tile's end zero;
  *   bp: NR columns of op(B), k-major (bp[p * NR + c]), columns past the end zero;
  * and writes the tile's first m rows and n columns to C (row-major, leading dimension
- * ldc), adding them to C's values when add. Each element is summed in p order from zero
+ * ldc): added to C's values when add, else plus bias[j] (bias NULL: nothing). Each element is summed in p order from zero
  * by one fused multiply-add a step (a multiply and an add in the portable kernel), so its
  * bits depend on kc and its own row and column only, not on where the tile sits.
  */
@@ -20,7 +20,7 @@ typedef struct rg_gemm_kernel {
   const char *name; /* the instruction set's, as vec.h's table names it */
   int mr, nr;
   void (*tile)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int m,
-               int n, int add);
+               int n, int add, const float *bias);
   /* Packs a strip of width w (mr for A, nr for B) from h <= w rows of a row-major
      matrix: dst[p * w + r] = a[r * lda + p] for p < kc, zero for rows r >= h; the strips
      of A from op(A) = A and of B from op(B) = B's transpose. NULL: gemm.c's loops. */

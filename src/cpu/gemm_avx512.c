@@ -24,20 +24,23 @@
     c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);                                           \
   }
 #define OUT(i)                                                                             \
-  if (i < m) row_out(c + (int64_t)i * ldc, c##i##_0, c##i##_1, k0, k1, add);
+  if (i < m) row_out(c + (int64_t)i * ldc, c##i##_0, c##i##_1, k0, k1, base0, base1, add);
 
+/* Stores a row: C's values plus v when add, else v plus the bias (zero without one). */
 TARGET static inline void row_out(float *r, __m512 v0, __m512 v1, __mmask16 k0, __mmask16 k1,
-                                  int add) {
+                                  __m512 base0, __m512 base1, int add) {
   if (add) {
-    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, r), v0);
-    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, r + 16), v1);
+    base0 = _mm512_maskz_loadu_ps(k0, r);
+    base1 = _mm512_maskz_loadu_ps(k1, r + 16);
   }
+  v0 = _mm512_add_ps(base0, v0);
+  v1 = _mm512_add_ps(base1, v1);
   _mm512_mask_storeu_ps(r, k0, v0);
   _mm512_mask_storeu_ps(r + 16, k1, v1);
 }
 
 TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                        int m, int n, int add) {
+                        int m, int n, int add, const float *bias) {
   ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5) ACC(6) ACC(7) ACC(8) ACC(9) ACC(10) ACC(11)
   for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
     __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
@@ -47,6 +50,11 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   /* the columns [0, n) of the tile's two vectors */
   __mmask16 k0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
   __mmask16 k1 = n >= 32 ? (__mmask16)0xFFFF : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+  __m512 base0 = _mm512_setzero_ps(), base1 = base0;
+  if (bias && !add) {
+    base0 = _mm512_maskz_loadu_ps(k0, bias);
+    base1 = _mm512_maskz_loadu_ps(k1, bias + 16);
+  }
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7) OUT(8) OUT(9) OUT(10) OUT(11)
 }
 

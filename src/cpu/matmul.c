@@ -109,15 +109,22 @@ static bool use_blas(void) {
 #endif
 
 bool rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate,
-                 int threads) {
+                 const float *B, int64_t ldb, float *C, int64_t ldc, const float *bias,
+                 int accumulate, int threads) {
 #ifdef RG_HAVE_CBLAS
   if (M > 0 && N > 0 && K > 0 && use_blas()) { /* BLAS rejects a zero leading dimension */
+    if (bias) { /* C (+)= bias, then the product onto it */
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+          C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.f) + bias[j];
+      accumulate = 1;
+    }
     blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
     return true;
   }
 #endif
-  return rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
+  return rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias, accumulate,
+                             threads);
 }
 
 /* ---- matmul ---------------------------------------------------------------------------- */
@@ -144,7 +151,7 @@ static void batch_range(void *a, int64_t lo, int64_t hi, int slot) {
     if (!rg_cpu_gemm(g->ta, g->tb, g->M, g->N, g->K,
                      g->A + rg_cpu_bcast_offset(j->o, 2, j->sa, bi), g->lda,
                      g->B + rg_cpu_bcast_offset(j->o, 2, j->sb, bi), g->ldb,
-                     g->C + bi * g->M * g->N, g->N, 0, j->inner))
+                     g->C + bi * g->M * g->N, g->N, NULL, 0, j->inner))
       atomic_store(&j->oom, true);
 }
 
@@ -173,7 +180,7 @@ rg_status rg_cpu_matmul_acc(rg_kargs *k) {
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0;
   int64_t M = d->dims[0], N = d->dims[1], K = ta ? a->dims[0] : a->dims[1];
-  if (!rg_cpu_gemm(ta, tb, M, N, K, a->p, ta ? M : K, b->p, tb ? K : N, d->p, N, 1,
+  if (!rg_cpu_gemm(ta, tb, M, N, K, a->p, ta ? M : K, b->p, tb ? K : N, d->p, N, NULL, 1,
                    nthreads(k)))
     return gemm_oom(k);
   if (!k->in[3].p) return RG_OK;
@@ -189,14 +196,8 @@ rg_status rg_cpu_linear(rg_kargs *k) {
   int64_t O = w->dims[0], I = w->dims[1];
   int64_t R = O ? k->out[0].n / O : 0; /* from y: x may be empty (I == 0) */
   float *y = k->out[0].p;
-  if (bias->p) { /* start from the bias and let the GEMM accumulate onto it */
-    for (int64_t r = 0; r < R; r++) memcpy(y + r * O, bias->p, (size_t)O * sizeof(float));
-  }
-  if (I == 0) { /* an empty product is zero */
-    if (!bias->p) memset(y, 0, (size_t)k->out[0].n * sizeof(float));
-    return RG_OK;
-  }
-  if (!rg_cpu_gemm(0, 1, R, O, I, x->p, I, w->p, I, y, O, bias->p != NULL, nthreads(k)))
+  /* an empty product (I == 0) is zero: y is the bias, or zero */
+  if (!rg_cpu_gemm(0, 1, R, O, I, x->p, I, w->p, I, y, O, bias->p, 0, nthreads(k)))
     return gemm_oom(k);
   return RG_OK;
 }
