@@ -17,6 +17,10 @@
  *   VHSUM(v), VHMAX(v)      the lanes' sum (fixed order) and maximum, as float
  *   VHSUMD(v)               the lanes' sum in double
  *   VSQRT(v)                the correctly rounded square root
+ *   VD, VDZERO              an accumulator of W doubles held as two halves (lo, hi), zero
+ *   VDACC(lo, hi, v)        lo += v's first half, hi += its second half, in double
+ *   VDHSUM(lo, hi)          the accumulator's sum (fixed order), as double
+ *   VDADDTO(p, v)           p[i] += v[i] in double for the W doubles at p
  *
  * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
  * through a zero-padded vector, so every element of an elementwise function gets the
@@ -230,9 +234,136 @@ VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, floa
 #undef VEC_GELU_C
 #undef VEC_GELU_A
 
+/* ---- the norms' rows: two accumulators of double lanes each, summed in a fixed order ---- */
+
+VATTR static double VN(sum)(const float *x, int64_t n) {
+  VD a0 = VDZERO, a1 = VDZERO, b0 = VDZERO, b1 = VDZERO;
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    VDACC(a0, a1, VLOAD(x + i));
+    VDACC(b0, b1, VLOAD(x + i + W));
+  }
+  if (i + W <= n) VDACC(a0, a1, VLOAD(x + i)), i += W;
+  if (i < n) VDACC(b0, b1, VN(load_part)(x + i, n - i));
+  return VDHSUM(a0, a1) + VDHSUM(b0, b1);
+}
+
+VATTR static double VN(sqdev)(const float *x, float mu, int64_t n) {
+  V m = VSET1(mu);
+  VD a0 = VDZERO, a1 = VDZERO, b0 = VDZERO, b1 = VDZERO;
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    V d0 = VSUB(VLOAD(x + i), m), d1 = VSUB(VLOAD(x + i + W), m);
+    VDACC(a0, a1, VMUL(d0, d0));
+    VDACC(b0, b1, VMUL(d1, d1));
+  }
+  if (i + W <= n) {
+    V d = VSUB(VLOAD(x + i), m);
+    VDACC(a0, a1, VMUL(d, d));
+    i += W;
+  }
+  if (i < n) { /* the padding's lanes would add mu^2 each */
+    V d = VSUB(VN(load_part)(x + i, n - i), m);
+    VDACC(b0, b1, VN(keep)(VMUL(d, d), n - i));
+  }
+  return VDHSUM(a0, a1) + VDHSUM(b0, b1);
+}
+
+/* One vector of norm's output. */
+VATTR static inline V VN(norm1)(V x, V m, V r, const float *gamma, const float *beta,
+                                int64_t i, int64_t k) {
+  V v = VMUL(VSUB(x, m), r);
+  if (gamma) v = VMUL(v, k == W ? VLOAD(gamma + i) : VN(load_part)(gamma + i, k));
+  if (beta) v = VADD(v, k == W ? VLOAD(beta + i) : VN(load_part)(beta + i, k));
+  return v;
+}
+
+VATTR static void VN(norm)(const float *x, float mu, float rstd, const float *gamma,
+                           const float *beta, float *y, int64_t n) {
+  V m = VSET1(mu), r = VSET1(rstd);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(y + i, VN(norm1)(VLOAD(x + i), m, r, gamma, beta, i, W));
+  if (i < n)
+    VN(store_part)(y + i, VN(norm1)(VN(load_part)(x + i, n - i), m, r, gamma, beta, i, n - i),
+                   n - i);
+}
+
+/* dxh = g gamma (g without gamma) for the k <= W elements at i. */
+VATTR static inline V VN(dxh)(const float *g, const float *gamma, int64_t i, int64_t k) {
+  V gv = k == W ? VLOAD(g + i) : VN(load_part)(g + i, k);
+  if (!gamma) return gv;
+  return VMUL(gv, k == W ? VLOAD(gamma + i) : VN(load_part)(gamma + i, k));
+}
+
+VATTR static void VN(norm_dx)(const float *x, const float *gamma, const float *g,
+                              const float *add, float mu, float rstd, int centre, float *dx,
+                              int64_t n) {
+  V m = VSET1(mu), r = VSET1(rstd);
+  VD s0 = VDZERO, s1 = VDZERO, t0 = VDZERO, t1 = VDZERO;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V d = VN(dxh)(g, gamma, i, W), xh = VMUL(VSUB(VLOAD(x + i), m), r);
+    VDACC(s0, s1, d);
+    VDACC(t0, t1, VMUL(d, xh));
+  }
+  if (i < n) { /* d is 0 in the padding; keep its products 0 whatever xh is there */
+    V d = VN(dxh)(g, gamma, i, n - i), xh = VMUL(VSUB(VN(load_part)(x + i, n - i), m), r);
+    VDACC(s0, s1, d);
+    VDACC(t0, t1, VN(keep)(VMUL(d, xh), n - i));
+  }
+  V a = VSET1(centre ? (float)(VDHSUM(s0, s1) / (double)n) : 0.f);
+  V nb = VSET1((float)(-VDHSUM(t0, t1) / (double)n));
+  for (i = 0; i < n; i += W) {
+    int64_t k = n - i < W ? n - i : W;
+    V xh = VMUL(VSUB(k == W ? VLOAD(x + i) : VN(load_part)(x + i, k), m), r);
+    V v = VMUL(r, VFMA(xh, nb, VSUB(VN(dxh)(g, gamma, i, k), a)));
+    if (add) v = VADD(v, k == W ? VLOAD(add + i) : VN(load_part)(add + i, k));
+    if (k == W) VSTORE(dx + i, v);
+    else VN(store_part)(dx + i, v, k);
+  }
+}
+
+VATTR static void VN(norm_dparam)(const float *x, const float *g, float mu, float rstd,
+                                  double *ag, double *ab, int64_t n) {
+  V m = VSET1(mu), r = VSET1(rstd);
+  for (int64_t i = 0; i < n; i += W) {
+    int64_t k = n - i < W ? n - i : W;
+    V gv = k == W ? VLOAD(g + i) : VN(load_part)(g + i, k);
+    if (ag) {
+      V xh = VMUL(VSUB(k == W ? VLOAD(x + i) : VN(load_part)(x + i, k), m), r);
+      VDADDTO(ag + i, VMUL(gv, xh));
+    }
+    if (ab) VDADDTO(ab + i, gv);
+  }
+}
+
+VATTR static void VN(relu)(const float *x, float *y, int64_t n) {
+  V z = VSET1(0.f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V v = VLOAD(x + i);
+    VSTORE(y + i, VLTSEL(v, z, z, v));
+  }
+  if (i < n) {
+    V v = VN(load_part)(x + i, n - i);
+    VN(store_part)(y + i, VLTSEL(v, z, z, v), n - i);
+  }
+}
+
+VATTR static void VN(relu_bwd)(const float *u, const float *g, float *d, int64_t n) {
+  V z = VSET1(0.f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(d + i, VLTSEL(z, VLOAD(u + i), VLOAD(g + i), z));
+  if (i < n)
+    VN(store_part)(d + i,
+                   VLTSEL(z, VN(load_part)(u + i, n - i), VN(load_part)(g + i, n - i), z),
+                   n - i);
+}
+
 /* The table's entries, for the includer's rg_vec_ops initialiser. */
 #define VEC_TABLE(nm)                                                                      \
   {                                                                                        \
     nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
-        VN(gelu_bwd), VN(adamw)                                                            \
+        VN(gelu_bwd), VN(adamw), VN(sum), VN(sqdev), VN(norm), VN(norm_dx),                \
+        VN(norm_dparam), VN(relu), VN(relu_bwd)                                            \
   }
