@@ -651,6 +651,36 @@ static void test_misuse(void) {
          failed() ? "FAIL" : "PASS");
 }
 
+/* The CPU widens a node's BF16 tensors into one block it keeps from node to node: a large
+   node grows it, a small one after it reuses it (with the large one's values left in it),
+   a larger one again grows it. Each layernorm of BF16 x must still be the F32 result of the
+   same values, rounded once. */
+static void test_widen_reuse(void) {
+  rg_ctx *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 5}), *f = open_cpu();
+  if (!h || !f) {
+    if (h) rg_close(h);
+    if (f) rg_close(f);
+    return;
+  }
+  static const int64_t rows[] = {40, 2, 3, 90};
+  static const int64_t cols[] = {300, 6, 37, 300};
+  char what[64];
+  for (int i = 0; i < 4; i++) {
+    rg_step_begin(h);
+    rg_step_begin(f);
+    rg_tensor x = bf(h, rand_input(h, 10 + (uint32_t)i, NULL, D2(rows[i], cols[i])));
+    rg_tensor y = rg_layernorm(h, x, RG_NONE, RG_NONE, 1e-5f);
+    rg_tensor yf = rg_layernorm(f, mirror(h, x, f), RG_NONE, RG_NONE, 1e-5f);
+    snprintf(what, sizeof what, "layernorm [%lld,%lld] after others", (long long)rows[i],
+             (long long)cols[i]);
+    rounded(h, y, f, yf, RG_BF16, what);
+  }
+  printf("widen      %s  the widened copies' block grown and reused across nodes\n",
+         failed() ? "FAIL" : "PASS");
+  rg_close(h);
+  rg_close(f);
+}
+
 int main(void) {
   test_exact();
   test_oom();
@@ -658,6 +688,7 @@ int main(void) {
   test_activations();
   test_shadow();
   test_norm_copy();
+  test_widen_reuse();
   test_gpt();
   test_misuse();
   return finish();
