@@ -86,9 +86,18 @@ static inline void put_param(float *o, int64_t c, double v, bool add) {
   o[c] = add ? o[c] + (float)v : (float)v;
 }
 
+/* Rows per chunk of the backward: at least NORM_ROWS, at most MAX_CHUNKS chunks; fixed by
+   R alone, so the parameters' sums (chunk partials added in chunk order) do not depend on
+   the thread count. */
+#define NORM_ROWS 16
+/* Rows whose terms of dgamma and dbeta are summed in float before they are added in
+   double (vec.h's norm_dparam): few enough to cost the sums only a few roundings, and
+   still in cache from their dx. */
+#define NORM_GROUP 8
+
 /* Row chunks [lo, hi): each row's statistics and dx, and, when the parameters' gradients
-   are wanted, the chunk's sums of g xhat and g per column (its slice of part), so x and g
-   are read once. */
+   are wanted, the chunk's sums of g xhat and g per column (its slice of part), a group of
+   rows at a time after their dx, while x and g are in cache. */
 static void norm_bwd_range(void *a, int64_t lo, int64_t hi, int slot) {
   const norm_job *j = a;
   int64_t C = j->C;
@@ -101,24 +110,25 @@ static void norm_bwd_range(void *a, int64_t lo, int64_t hi, int slot) {
       if (!j->dgamma) ag = NULL;
       if (!j->dbeta) ab = NULL;
     }
-    for (int64_t r = ch * j->rows; r < min64(j->R, (ch + 1) * j->rows); r++) {
-      const float *x = j->x + r * C, *g = j->g + r * C;
-      norm_stats s = row_stats(j->v, x, C, j->eps, j->centre);
-      if (j->dx) {
+    int64_t end = min64(j->R, (ch + 1) * j->rows);
+    for (int64_t r0 = ch * j->rows; r0 < end; r0 += NORM_GROUP) {
+      int64_t nr = min64(NORM_GROUP, end - r0);
+      float mu[NORM_GROUP], rstd[NORM_GROUP];
+      for (int64_t r = r0; r < r0 + nr; r++) {
+        const float *x = j->x + r * C, *g = j->g + r * C;
+        norm_stats s = row_stats(j->v, x, C, j->eps, j->centre);
+        mu[r - r0] = s.mu, rstd[r - r0] = s.rstd;
+        if (!j->dx) continue;
         j->v->norm_dx(x, j->gamma, g, j->dx_in ? j->dx_in + r * C : NULL, s.mu, s.rstd,
                       j->centre, j->dx + r * C, C);
         if (j->dx16) /* rounded later */
           memcpy(j->dx16 + r * C, j->dx + r * C, (size_t)C * sizeof *j->dx);
       }
-      if (ag || ab) j->v->norm_dparam(x, g, s.mu, s.rstd, ag, ab, C);
+      if (ag || ab)
+        j->v->norm_dparam(j->x + r0 * C, j->g + r0 * C, C, mu, rstd, nr, ag, ab, C);
     }
   }
 }
-
-/* Rows per chunk of the backward: at least NORM_ROWS, at most MAX_CHUNKS chunks; fixed by
-   R alone, so the parameters' sums (chunk partials added in chunk order) do not depend on
-   the thread count. */
-#define NORM_ROWS 16
 
 /* dgamma (dbeta) goes to in[3] (in[4]) when rg_backward folded it there, else out[1]
    (out[2]): see ops.h. */

@@ -234,39 +234,42 @@ VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, floa
 #undef VEC_GELU_C
 #undef VEC_GELU_A
 
-/* ---- the norms' rows: two accumulators of double lanes each, summed in a fixed order ---- */
+/* ---- the norms' rows -------------------------------------------------------------------
+   A row's sums: each block of 4 vectors is summed lanewise in float (a few roundings of
+   its own terms' magnitude, as the float products already carry), and the blocks in
+   double lanes; the last partial block a vector at a time, all in an order fixed by n. */
 
 VATTR static double VN(sum)(const float *x, int64_t n) {
-  VD a0 = VDZERO, a1 = VDZERO, b0 = VDZERO, b1 = VDZERO;
+  VD a0 = VDZERO, a1 = VDZERO;
   int64_t i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    VDACC(a0, a1, VLOAD(x + i));
-    VDACC(b0, b1, VLOAD(x + i + W));
+  for (; i + 4 * W <= n; i += 4 * W) {
+    V s = VADD(VADD(VLOAD(x + i), VLOAD(x + i + W)),
+               VADD(VLOAD(x + i + 2 * W), VLOAD(x + i + 3 * W)));
+    VDACC(a0, a1, s);
   }
-  if (i + W <= n) VDACC(a0, a1, VLOAD(x + i)), i += W;
-  if (i < n) VDACC(b0, b1, VN(load_part)(x + i, n - i));
-  return VDHSUM(a0, a1) + VDHSUM(b0, b1);
+  for (; i + W <= n; i += W) VDACC(a0, a1, VLOAD(x + i));
+  if (i < n) VDACC(a0, a1, VN(load_part)(x + i, n - i));
+  return VDHSUM(a0, a1);
+}
+
+/* (x - m)^2 for k <= W elements at x (0 in the lanes past k). */
+VATTR static inline V VN(sq)(const float *x, V m, int64_t k) {
+  V d = VSUB(k == W ? VLOAD(x) : VN(load_part)(x, k), m);
+  return k == W ? VMUL(d, d) : VN(keep)(VMUL(d, d), k);
 }
 
 VATTR static double VN(sqdev)(const float *x, float mu, int64_t n) {
   V m = VSET1(mu);
-  VD a0 = VDZERO, a1 = VDZERO, b0 = VDZERO, b1 = VDZERO;
+  VD a0 = VDZERO, a1 = VDZERO;
   int64_t i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    V d0 = VSUB(VLOAD(x + i), m), d1 = VSUB(VLOAD(x + i + W), m);
-    VDACC(a0, a1, VMUL(d0, d0));
-    VDACC(b0, b1, VMUL(d1, d1));
+  for (; i + 4 * W <= n; i += 4 * W) {
+    V s = VADD(VADD(VN(sq)(x + i, m, W), VN(sq)(x + i + W, m, W)),
+               VADD(VN(sq)(x + i + 2 * W, m, W), VN(sq)(x + i + 3 * W, m, W)));
+    VDACC(a0, a1, s);
   }
-  if (i + W <= n) {
-    V d = VSUB(VLOAD(x + i), m);
-    VDACC(a0, a1, VMUL(d, d));
-    i += W;
-  }
-  if (i < n) { /* the padding's lanes would add mu^2 each */
-    V d = VSUB(VN(load_part)(x + i, n - i), m);
-    VDACC(b0, b1, VN(keep)(VMUL(d, d), n - i));
-  }
-  return VDHSUM(a0, a1) + VDHSUM(b0, b1);
+  for (; i + W <= n; i += W) VDACC(a0, a1, VN(sq)(x + i, m, W));
+  if (i < n) VDACC(a0, a1, VN(sq)(x + i, m, n - i));
+  return VDHSUM(a0, a1);
 }
 
 /* One vector of norm's output. */
@@ -301,6 +304,16 @@ VATTR static void VN(norm_dx)(const float *x, const float *gamma, const float *g
   V m = VSET1(mu), r = VSET1(rstd);
   VD s0 = VDZERO, s1 = VDZERO, t0 = VDZERO, t1 = VDZERO;
   int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) { /* blocks of 4 vectors, as sum's */
+    V sd = VSET1(0.f), sp = VSET1(0.f);
+    for (int u = 0; u < 4; u++) {
+      V d = VN(dxh)(g, gamma, i + u * W, W), xh = VMUL(VSUB(VLOAD(x + i + u * W), m), r);
+      sd = VADD(sd, d);
+      sp = VADD(sp, VMUL(d, xh));
+    }
+    VDACC(s0, s1, sd);
+    VDACC(t0, t1, sp);
+  }
   for (; i + W <= n; i += W) {
     V d = VN(dxh)(g, gamma, i, W), xh = VMUL(VSUB(VLOAD(x + i), m), r);
     VDACC(s0, s1, d);
@@ -323,17 +336,24 @@ VATTR static void VN(norm_dx)(const float *x, const float *gamma, const float *g
   }
 }
 
-VATTR static void VN(norm_dparam)(const float *x, const float *g, float mu, float rstd,
-                                  double *ag, double *ab, int64_t n) {
-  V m = VSET1(mu), r = VSET1(rstd);
+VATTR static void VN(norm_dparam)(const float *x, const float *g, int64_t ld,
+                                  const float *mu, const float *rstd, int64_t rows, double *ag,
+                                  double *ab, int64_t n) {
   for (int64_t i = 0; i < n; i += W) {
     int64_t k = n - i < W ? n - i : W;
-    V gv = k == W ? VLOAD(g + i) : VN(load_part)(g + i, k);
-    if (ag) {
-      V xh = VMUL(VSUB(k == W ? VLOAD(x + i) : VN(load_part)(x + i, k), m), r);
-      VDADDTO(ag + i, VMUL(gv, xh));
+    V sg = VSET1(0.f), sb = VSET1(0.f);
+    for (int64_t r = 0; r < rows; r++) {
+      const float *xr = x + r * ld + i, *gr = g + r * ld + i;
+      V gv = k == W ? VLOAD(gr) : VN(load_part)(gr, k);
+      if (ag) {
+        V xh = VMUL(VSUB(k == W ? VLOAD(xr) : VN(load_part)(xr, k), VSET1(mu[r])),
+                    VSET1(rstd[r]));
+        sg = VADD(sg, VMUL(gv, xh));
+      }
+      sb = VADD(sb, gv);
     }
-    if (ab) VDADDTO(ab + i, gv);
+    if (ag) VDADDTO(ag + i, sg);
+    if (ab) VDADDTO(ab + i, sb);
   }
 }
 
