@@ -308,17 +308,23 @@ static void rounded(rg_ctx *h, rg_tensor got, rg_ctx *f, rg_tensor want, rg_dtyp
   free(g), free(w);
 }
 
+/* A context with rg_options.bf16 (seed 5) and a plain F32 one; false (none open) when
+   either fails to open. */
+static bool open_pair(rg_ctx **h, rg_ctx **f) {
+  *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 5}), *f = open_cpu();
+  if (*h && *f) return true;
+  if (*h) rg_close(*h);
+  if (*f) rg_close(*f);
+  return false;
+}
+
 /* With rg_options.bf16 (context h), against the F32 ops of context f on the same values:
    products, norms and attention return BF16, the F32 result of the rounded operands
    rounded once; elementwise ops and the loss read BF16 operands widened and return F32;
    an F32-only op (softmax) gets a recorded widening cast; every gradient is F32. */
 static void test_activations(void) {
-  rg_ctx *h = open_cpu_opts((rg_options){.bf16 = 1, .seed = 5}), *f = open_cpu();
-  if (!h || !f) {
-    if (h) rg_close(h);
-    if (f) rg_close(f);
-    return;
-  }
+  rg_ctx *h, *f;
+  if (!open_pair(&h, &f)) return;
   enum { B = 2, T = 3, I = 32, C = 16, O = 3 * C };
   rg_init u = {RG_INIT_UNIFORM, -1, 1};
   rg_tensor w = rg_param(h, "w", RG_F32, D2(O, I), u), b = rg_param(h, "b", RG_F32, 1,
@@ -651,6 +657,32 @@ static void test_misuse(void) {
          failed() ? "FAIL" : "PASS");
 }
 
+/* The CPU widens a node's BF16 tensors into one block it keeps from node to node: a large
+   node grows it, a small one after it reuses it (with the large one's values left in it),
+   a larger one again grows it. Each layernorm of BF16 x must still be the F32 result of the
+   same values, rounded once. */
+static void test_widen_reuse(void) {
+  rg_ctx *h, *f;
+  if (!open_pair(&h, &f)) return;
+  static const int64_t rows[] = {40, 2, 3, 90};
+  static const int64_t cols[] = {300, 6, 37, 300};
+  char what[64];
+  for (int i = 0; i < 4; i++) {
+    rg_step_begin(h);
+    rg_step_begin(f);
+    rg_tensor x = bf(h, rand_input(h, 10 + (uint32_t)i, NULL, D2(rows[i], cols[i])));
+    rg_tensor y = rg_layernorm(h, x, RG_NONE, RG_NONE, 1e-5f);
+    rg_tensor yf = rg_layernorm(f, mirror(h, x, f), RG_NONE, RG_NONE, 1e-5f);
+    snprintf(what, sizeof what, "layernorm [%lld,%lld] after others", (long long)rows[i],
+             (long long)cols[i]);
+    rounded(h, y, f, yf, RG_BF16, what);
+  }
+  printf("widen      %s  the widened copies' block grown and reused across nodes\n",
+         failed() ? "FAIL" : "PASS");
+  rg_close(h);
+  rg_close(f);
+}
+
 int main(void) {
   test_exact();
   test_oom();
@@ -658,6 +690,7 @@ int main(void) {
   test_activations();
   test_shadow();
   test_norm_copy();
+  test_widen_reuse();
   test_gpt();
   test_misuse();
   return finish();

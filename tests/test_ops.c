@@ -2782,6 +2782,82 @@ static void big_case(const char *what, opcall c, const big_in *in, int np, const
   }
 }
 
+/* The gradients of a norm of [R,C] under loss_of (dy = weight(i)) by the double formulas:
+   dx (x's shape), dgamma and dbeta ([C]); rms: rmsnorm (no centring, no dbeta). */
+static void ref_norm_grads(int ln, const float *x, int64_t R, int64_t C, const float *gam,
+                           double eps, double *dx, double *dg, double *db) {
+  for (int64_t c = 0; c < C; c++) dg[c] = db[c] = 0;
+  for (int64_t r = 0; r < R; r++) {
+    const float *row = x + r * C;
+    double m = 0, v = 0, s1 = 0, s2 = 0;
+    for (int64_t j = 0; ln && j < C; j++) m += row[j] / (double)C;
+    for (int64_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m) / (double)C;
+    double rs = 1 / sqrt(v + eps);
+    for (int64_t j = 0; j < C; j++) {
+      double dy = weight((uint64_t)(r * C + j)), xh = (row[j] - m) * rs, dxh = dy * gam[j];
+      s1 += dxh / (double)C, s2 += dxh * xh / (double)C;
+      dg[j] += dy * xh, db[j] += dy;
+    }
+    for (int64_t j = 0; j < C; j++) {
+      double xh = (row[j] - m) * rs, dxh = weight((uint64_t)(r * C + j)) * gam[j];
+      dx[r * C + j] = rs * (dxh - (ln ? s1 : 0) - xh * s2);
+    }
+  }
+}
+
+/* Largest |got - want| over n, relative to the largest |want| (at least 1). */
+static double worst_rel(const float *got, const double *want, int64_t n) {
+  double w = 0, m = 1;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(want[i]));
+  for (int64_t i = 0; i < n; i++) w = fmax(w, fabs(got[i] - want[i]));
+  return w / m;
+}
+
+/* Layernorm, rmsnorm and the fused add+layernorm of [R,C] (C not a multiple of any vector
+   width; R many backward row chunks, run in parallel): the gradients of x, gamma and beta
+   against the double formulas on 1 and 2 threads (bit-identical between them), and the
+   fused node's sum and norm against a + b normalised. dgamma sums R terms: 1e-5 of the
+   largest; dx a few float roundings of O(1) terms: 1e-5. */
+static void big_norm_grads(const float *x, const float *x2, const float *gam, const float *bet,
+                           int64_t R, int64_t C) {
+  int64_t N = R * C;
+  double *dx = malloc(sizeof(double) * (size_t)N), *dg = malloc(sizeof(double) * (size_t)C),
+         *db = malloc(sizeof(double) * (size_t)C), *want = malloc(sizeof(double) * (size_t)N);
+  float *sum = malloc(sizeof(float) * (size_t)N);
+  big_in X = {2, {R, C}, x}, X2 = {2, {R, C}, x2}, G = {1, {C}, gam}, B = {1, {C}, bet};
+  for (int ln = 0; ln <= 1; ln++) {
+    const char *what = ln ? "rg_layernorm [300,150] gradients" : "rg_rmsnorm [300,150] gradients";
+    opcall c = {.op = ln ? O_LAYERNORM : O_RMSNORM, .f = {1e-5f}};
+    float *y[2] = {0}, *g[2][3] = {{0}};
+    int64_t ny[2];
+    int np = ln ? 3 : 2;
+    int ok = big_run(c, (big_in[]){X, G, B}, np, 1, &y[0], &ny[0], g[0], what) &&
+             big_run(c, (big_in[]){X, G, B}, np, 2, &y[1], &ny[1], g[1], what);
+    if (ok) {
+      ref_norm_grads(ln, x, R, C, gam, 1e-5, dx, dg, db);
+      for (int t = 0; t < 2; t++) {
+        double e0 = worst_rel(g[t][0], dx, N), e1 = worst_rel(g[t][1], dg, C);
+        double e2 = ln ? worst_rel(g[t][2], db, C) : 0;
+        CHECK(e0 <= 1e-5 && e1 <= 1e-5 && e2 <= 1e-5,
+              "%s on %d thread(s): dx, dgamma, dbeta off by %g %g %g", what, t + 1, e0, e1, e2);
+      }
+      for (int p = 0; p < np; p++)
+        CHECK(!memcmp(g[0][p], g[1][p], sizeof(float) * (size_t)(p ? C : N)),
+              "%s: operand %d's gradient differs between 1 and 2 threads", what, p);
+    }
+    for (int t = 0; t < 2; t++) {
+      free(y[t]);
+      for (int p = 0; p < np; p++) free(g[t][p]);
+    }
+  }
+  /* add+layernorm of x and x2 with gamma (big_case takes three operands) */
+  for (int64_t i = 0; i < N; i++) sum[i] = x[i] + x2[i];
+  ref_norm(1, sum, R, C, gam, NULL, 1e-5, want);
+  big_case("rg_layernorm of an rg_add [300,150]", (opcall){.op = O_ADD_LAYERNORM, .f = {1e-5f}},
+           (big_in[]){X, X2, G}, 3, want, N, 1e-5);
+  free(dx), free(dg), free(db), free(want), free(sum);
+}
+
 static void t_large(void) {
   enum { R = 300, C = 150, N = R * C };
   float *x = malloc(sizeof(float) * N), *x2 = malloc(sizeof(float) * N);
@@ -2835,6 +2911,7 @@ static void t_large(void) {
   ref_norm(0, x, R, C, gam, NULL, 1e-5, want);
   big_case("rg_rmsnorm [300,150]", (opcall){.op = O_RMSNORM, .f = {1e-5f}},
            (big_in[]){X, G}, 2, want, N, 1e-5);
+  big_norm_grads(x, x2, gam, bet, R, C);
   /* shape */
   int64_t od[2];
   ref_permute(x, 2, X.d, (int[]){1, 0}, want, od);

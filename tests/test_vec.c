@@ -10,7 +10,7 @@
  * and of arguments below -87.3 is 0, NaN stays NaN, and GELU at +-30 is x and 0. The
  * elementwise functions must give an element the same bits at any position in a row (a
  * tail element as in a full vector), and rg_cpu_vec must return one of the tables and
- * the same one every call.
+ * the same one every call. check_norm_rows says what the norms' rows and ReLU must do.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -23,6 +23,11 @@
 #include "cpu/vec.h"
 
 #define NMAX 256
+
+/* The row lengths every function is run at (lens[0] is 0). */
+static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63,
+                               64, 65, 70, 200};
+#define NLENS (sizeof lens / sizeof *lens)
 
 static float frand(uint32_t *s) {
   *s = *s * 1664525u + 1013904223u;
@@ -42,12 +47,122 @@ static bool close_rel(double got, double want, double tol) {
   return fabs(got - want) <= tol * fmax(fabs(want), 1e-30) + 1e-37;
 }
 
+/* The norms' rows and ReLU over the same lengths: sums against double loops (blocks of 4
+   vectors summed in float, then in double: a few roundings of sum |x|, 4e-7), norm and
+   norm_dx against the double formulas with the float mu and rstd they get (a few float
+   roundings of the terms' magnitudes, the means' included: 2e-6), with and without
+   gamma, beta, the centring and the added gradient; norm_dparam adds 3 rows' g and
+   g xhat (summed in float: a few roundings, 4e-7). None writes past its row. ReLU and its backward give
+   the scalar rule's bits, NaN, -0 and infinities included. */
+static void check_norm_rows(const rg_vec_ops *v) {
+  static float x[NMAX + 1], g[NMAX + 1], ga[NMAX], be[NMAX], ad[NMAX], y[NMAX + 1];
+  static double ag[NMAX + 16], ab[NMAX + 16], ag0[NMAX + 16], ab0[NMAX + 16];
+  static float P[3 * (NMAX + 3)], Q[3 * (NMAX + 3)];
+  uint32_t seed = 11;
+  for (size_t li = 1; li < NLENS; li++) { /* a norm's row has at least one element */
+    int64_t n = lens[li];
+    double sx = 0, sabs = 0;
+    for (int64_t i = 0; i < n; i++) {
+      x[i] = frand(&seed) * 3.f + 0.5f, g[i] = frand(&seed), ga[i] = 1.f + frand(&seed) / 2;
+      be[i] = frand(&seed), ad[i] = frand(&seed);
+      sx += x[i], sabs += fabs(x[i]);
+    }
+    x[n] = 1e30f, g[n] = 1e30f; /* past the row: must not be read into a sum */
+    double got = v->sum(x, n);
+    CHECK(fabs(got - sx) <= 4e-7 * sabs, "%s sum n=%lld: %.17g, want %.17g", v->name,
+          (long long)n, got, sx);
+    float mu = (float)(sx / (double)n);
+    double sq = 0;
+    for (int64_t i = 0; i < n; i++) sq += ((double)x[i] - mu) * ((double)x[i] - mu);
+    got = v->sqdev(x, mu, n);
+    CHECK(fabs(got - sq) <= 4e-7 * sq + 1e-30, "%s sqdev n=%lld: %.17g, want %.17g", v->name,
+          (long long)n, got, sq);
+    float rstd = (float)(1 / sqrt(sq / (double)n + 1e-5));
+    for (int aff = 0; aff < 4; aff++) {
+      const float *gp = aff & 1 ? ga : NULL, *bp = aff & 2 ? be : NULL;
+      y[n] = 7.f;
+      v->norm(x, mu, rstd, gp, bp, y, n);
+      for (int64_t i = 0; i < n; i++) {
+        double xh = ((double)x[i] - mu) * rstd, t = xh * (gp ? gp[i] : 1);
+        double want = t + (bp ? bp[i] : 0);
+        CHECK(fabs(y[i] - want) <= 2e-6 * (fabs(t) + fabs(bp ? bp[i] : 0)) + 1e-30,
+              "%s norm n=%lld gamma %d beta %d at %lld: %g, want %g", v->name, (long long)n,
+              !!gp, !!bp, (long long)i, y[i], want);
+      }
+      CHECK(y[n] == 7.f, "%s norm n=%lld wrote past the row", v->name, (long long)n);
+    }
+    for (int form = 0; form < 8; form++) {
+      const float *gp = form & 1 ? ga : NULL, *add = form & 2 ? ad : NULL;
+      int centre = form >> 2;
+      double s1 = 0, s2 = 0, m1 = 0, m2 = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double xh = ((double)x[i] - mu) * rstd, dxh = (double)g[i] * (gp ? gp[i] : 1);
+        s1 += dxh, s2 += dxh * xh;
+        m1 += fabs(dxh) / (double)n, m2 += fabs(dxh * xh) / (double)n;
+      }
+      double a = centre ? s1 / (double)n : 0, b = s2 / (double)n;
+      y[n] = 7.f;
+      v->norm_dx(x, gp, g, add, mu, rstd, centre, y, n);
+      for (int64_t i = 0; i < n; i++) {
+        double xh = ((double)x[i] - mu) * rstd, dxh = (double)g[i] * (gp ? gp[i] : 1);
+        double want = rstd * (dxh - a - xh * b) + (add ? add[i] : 0);
+        double mag = rstd * (fabs(dxh) + m1 + fabs(xh) * m2) + (add ? fabs(add[i]) : 0);
+        CHECK(fabs(y[i] - want) <= 2e-6 * mag + 1e-30,
+              "%s norm_dx n=%lld gamma %d add %d centre %d at %lld: %g, want %g", v->name,
+              (long long)n, !!gp, !!add, centre, (long long)i, y[i], want);
+      }
+      CHECK(y[n] == 7.f, "%s norm_dx n=%lld wrote past the row", v->name, (long long)n);
+    }
+    /* norm_dparam over 3 rows of leading dimension n + 3, each with its mu and rstd */
+    int64_t ld = n + 3;
+    float mus[3] = {mu, -0.25f, 1.5f}, rs[3] = {rstd, 2.f, 0.75f};
+    for (int64_t i = 0; i < 3 * ld; i++) P[i] = frand(&seed) * 2, Q[i] = frand(&seed);
+    for (int which = 1; which < 4; which++) {
+      for (int64_t i = 0; i < n; i++) ag0[i] = ag[i] = frand(&seed), ab0[i] = ab[i] = frand(&seed);
+      v->norm_dparam(P, Q, ld, mus, rs, 3, which & 1 ? ag : NULL, which & 2 ? ab : NULL, n);
+      for (int64_t i = 0; i < n; i++) {
+        double gx = 0, gxa = 0, gs = 0, gsa = 0;
+        for (int r = 0; r < 3; r++) {
+          double t = (double)Q[r * ld + i] * (((double)P[r * ld + i] - mus[r]) * rs[r]);
+          gx += t, gxa += fabs(t), gs += Q[r * ld + i], gsa += fabs(Q[r * ld + i]);
+        }
+        if (which & 1)
+          CHECK(fabs(ag[i] - (ag0[i] + gx)) <= 4e-7 * gxa + 1e-15,
+                "%s norm_dparam n=%lld dgamma at %lld: %g, want %g", v->name, (long long)n,
+                (long long)i, ag[i], ag0[i] + gx);
+        else
+          CHECK(ag[i] == ag0[i], "%s norm_dparam n=%lld changed dgamma", v->name, (long long)n);
+        if (which & 2)
+          CHECK(fabs(ab[i] - (ab0[i] + gs)) <= 4e-7 * gsa + 1e-15,
+                "%s norm_dparam n=%lld dbeta at %lld", v->name, (long long)n, (long long)i);
+        else
+          CHECK(ab[i] == ab0[i], "%s norm_dparam n=%lld changed dbeta", v->name, (long long)n);
+      }
+    }
+  }
+  /* ReLU: the scalar rule's bits, at every position of a row of 70 (tails and vectors) */
+  float u[70], gg[70], r[71], d[71];
+  for (int i = 0; i < 70; i++) u[i] = frand(&seed) * 2, gg[i] = frand(&seed) * 5;
+  u[3] = NAN, u[4] = -0.f, u[5] = 0.f, u[6] = INFINITY, u[7] = -INFINITY, u[66] = NAN;
+  gg[8] = INFINITY, gg[9] = NAN;
+  for (int n = 0; n <= 70; n++) {
+    r[n] = d[n] = 7.f;
+    v->relu(u, r, n);
+    v->relu_bwd(u, gg, d, n);
+    for (int i = 0; i < n; i++) {
+      float wr = u[i] < 0.f ? 0.f : u[i], wd = u[i] > 0.f ? gg[i] : 0.f;
+      CHECK(!memcmp(&r[i], &wr, 4) && !memcmp(&d[i], &wd, 4),
+            "%s relu n=%d at %d (x %g, g %g): %g %g, want %g %g", v->name, n, i, u[i], gg[i],
+            r[i], d[i], wr, wd);
+    }
+    CHECK(r[n] == 7.f && d[n] == 7.f, "%s relu n=%d wrote past the row", v->name, n);
+  }
+}
+
 static void check_table(const rg_vec_ops *v) {
   static float a[NMAX], b[NMAX], y[NMAX], y0[NMAX], w[NMAX], X[NMAX * 8];
   uint32_t seed = 7;
-  static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63,
-                                 64, 65, 70, 200};
-  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+  for (size_t li = 0; li < NLENS; li++) {
     int64_t n = lens[li];
     double sabs = 0, sdot = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -117,6 +232,7 @@ static void check_table(const rg_vec_ops *v) {
       CHECK(fabs(y[i] - b[i] * dgelu_ref(a[i])) <= 2e-6 * fabs(b[i]) * (1 + fabs(a[i])),
             "%s gelu_bwd(%g) = %g, want %g", v->name, a[i], y[i], b[i] * dgelu_ref(a[i]));
   }
+  check_norm_rows(v);
   /* special values, and the same bits for an element in a tail or in a full vector */
   float sp[NMAX], out[NMAX], one[1];
   for (int i = 0; i < NMAX; i++) sp[i] = frand(&seed) * 10.f;

@@ -36,12 +36,18 @@ static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static int blas_users; /* open CPU contexts */
 #endif
 
-/* The backend's state: the context's threads, and RG_PROFILE's table when wanted. */
+/* The backend's state: the context's threads, RG_PROFILE's table when wanted, and
+   run_widened's block of F32 copies. */
 typedef struct cpu_state {
   rg_cpu_pool *pool;
   int threads;
   bool profiled;
   rg_profile prof;
+  /* The F32 copies of a node's BF16 tensors, carved from one block that is kept from node
+     to node and grown only when a node needs more (freed at close): a fresh allocation
+     per node would fault its pages in again at every widened node of every step. */
+  float *wide;
+  size_t wide_cap; /* floats */
 } cpu_state;
 static rg_profile *prof_of(rg_ctx *ctx) {
   cpu_state *s = ctx->be_state;
@@ -79,6 +85,7 @@ static void cpu_close(rg_ctx *ctx) {
 #endif
   if (s->profiled) rg__profile_print(&s->prof, "CPU time (wall clock)");
   rg_cpu_pool_free(s->pool);
+  rg__free(ctx, s->wide);
   rg__free(ctx, s);
   ctx->be_state = NULL;
 }
@@ -169,35 +176,50 @@ static void round_range(void *a, int64_t lo, int64_t hi, int slot) {
   for (int64_t e = lo; e < hi; e++) j->h[e] = rg_f32_to_bf16(j->w[e]);
 }
 
+/* Each copy starts on a 64-byte boundary of the block (16 floats), as arena tensors are
+   aligned, so vector loads of a row start as they would on F32 tensors. */
+static size_t wide_len(int64_t n) { return ((size_t)n + 15) / 16 * 16; }
+
 static rg_status run_widened(rg_cpu_fn fn, rg_kargs *k) {
   enum { N = RG_MAX_IN + RG_MAX_OUT };
+  cpu_state *s = k->ctx->be_state;
   float *tmp[N];
   rg_tv *tv[N], saved[N];
   bool out[N];
   int n = 0, nt = nthreads(k);
-  rg_status st = RG_OK;
-  for (int j = 0; j < N && st == RG_OK; j++) {
+  size_t need = 0;
+  for (int j = 0; j < N; j++) {
+    rg_tv *v = j < RG_MAX_IN ? &k->in[j] : &k->out[j - RG_MAX_IN];
+    if (v->p && v->dtype == RG_BF16) need += wide_len(v->n);
+  }
+  if (need > s->wide_cap) {
+    rg__free(k->ctx, s->wide);
+    s->wide_cap = 0;
+    s->wide = rg__malloc(k->ctx, need * sizeof *s->wide);
+    if (!s->wide) {
+      snprintf(k->msg, k->msgcap, "out of host memory for the F32 copy of a BF16 tensor "
+               "(%llu elements in all): free host memory or use smaller batches",
+               (unsigned long long)need);
+      return RG_ERR_OOM;
+    }
+    s->wide_cap = need;
+  }
+  float *w = s->wide;
+  for (int j = 0; j < N; j++) {
     rg_tv *v = j < RG_MAX_IN ? &k->in[j] : &k->out[j - RG_MAX_IN];
     if (!v->p || v->dtype != RG_BF16) continue;
-    float *w = rg__malloc(k->ctx, (size_t)v->n * sizeof *w);
-    if (!w) {
-      snprintf(k->msg, k->msgcap, "out of host memory for the F32 copy of a BF16 tensor "
-               "(%lld elements)", (long long)v->n);
-      st = RG_ERR_OOM;
-      break;
-    }
     saved[n] = *v, tv[n] = v, tmp[n] = w, out[n] = j >= RG_MAX_IN;
     if (!out[n]) rg_cpu_for(v->n, v->n > WIDEN_PAR_MIN ? nt : 1, widen_range, &(widen_job){v->p, w});
     v->p = w, v->dtype = RG_F32;
+    w += wide_len(v->n);
     n++;
   }
-  if (st == RG_OK) st = fn(k);
+  rg_status st = fn(k);
   for (int i = 0; i < n; i++) {
     *tv[i] = saved[i];
     if (st == RG_OK && out[i])
       rg_cpu_for(saved[i].n, saved[i].n > WIDEN_PAR_MIN ? nt : 1, round_range,
                  &(widen_job){saved[i].p, tmp[i]});
-    rg__free(k->ctx, tmp[i]);
   }
   return st;
 }

@@ -19,6 +19,10 @@
 /* Elements per parallel work item: large enough that starting a thread on one is cheap
    against the work, small enough that a few cores share a 1 MB tensor. */
 #define EW_CHUNK 16384
+/* Up to this many elements an op of a few instructions per element (EW_CHEAP) runs on
+   the calling thread: its whole work is about what handing chunks to sleeping workers
+   costs. Ops that call exp, log, tanh or pow split from two chunks on. */
+#define EW_PAR_MIN (4 * EW_CHUNK)
 
 
 /* ---- upload and fill ------------------------------------------------------------------ */
@@ -53,7 +57,7 @@ rg_status rg_cpu_fill(rg_kargs *k) {
     int32_t *p = o->p;
     for (int64_t i = 0; i < o->n; i++) p[i] = iv;
   } else {
-    rg_cpu_for(o->n, par_threads(k, o->n > 4 * EW_CHUNK), fill_range, &(fill_job){o->p, v});
+    rg_cpu_for(o->n, par_threads(k, o->n > EW_PAR_MIN), fill_range, &(fill_job){o->p, v});
   }
   return RG_OK;
 }
@@ -104,7 +108,7 @@ static void bin_flat_range(void *arg, int64_t lo, int64_t hi, int slot) {
 static void bin_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o,
                      int64_t n, int threads) {
   int64_t nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-  rg_cpu_for(nchunk, threads, bin_flat_range,
+  rg_cpu_for(nchunk, n > EW_PAR_MIN ? threads : 1, bin_flat_range,
              &(bin_job){.op = op, .a = a, .sa = sa, .b = b, .sb = sb, .o = o, .n = n});
 }
 
@@ -122,7 +126,7 @@ static void bin_rowvec_range(void *arg, int64_t lo, int64_t hi, int slot) {
 /* a full, v a trailing-axis vector; v_first says which side of op v is on. */
 static void bin_rowvec(int op, const float *full, const float *v, bool v_first, float *o,
                        int64_t rows, int64_t C, int threads) {
-  rg_cpu_for(rows, rows * C > EW_CHUNK ? threads : 1, bin_rowvec_range,
+  rg_cpu_for(rows, rows * C > EW_PAR_MIN ? threads : 1, bin_rowvec_range,
              &(bin_job){.op = op, .a = full, .b = v, .v_first = v_first, .o = o, .C = C});
 }
 
@@ -141,7 +145,7 @@ static void bin_general(int op, const rg_tv *a, const rg_tv *b, const rg_tv *o, 
   rg_cpu_bcast_strides(a, o, 0, sa);
   rg_cpu_bcast_strides(b, o, 0, sb);
   int64_t C = o->dims[o->ndim - 1];
-  rg_cpu_for(o->n / C, o->n > EW_CHUNK ? threads : 1, bin_general_range,
+  rg_cpu_for(o->n / C, o->n > EW_PAR_MIN ? threads : 1, bin_general_range,
              &(bin_job){.op = op, .ta = a, .tb = b, .to = o, .bsa = sa, .bsb = sb,
                         .o = o->p, .C = C});
 }
@@ -207,7 +211,7 @@ static void unary_span(int op, const float *x, float *y, int64_t n, float p0, fl
   case U_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
   case U_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
   case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
-  case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.f ? 0.f : x[i]; break;
+  case U_RELU: rg_cpu_vec()->relu(x, y, n); break;
   case U_GELU: rg_cpu_vec()->gelu(x, y, n); break;
   case U_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] * sigmoidf(x[i]); break;
   case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]); break;
@@ -233,9 +237,14 @@ static void unary_range(void *a, int64_t lo, int64_t hi, int slot) {
   }
 }
 
+/* The unary ops of a few instructions an element (EW_PAR_MIN). */
+static bool unary_cheap(int op) {
+  return op == U_SCALE || op == U_CLAMP || op == U_NEG || op == U_SQRT || op == U_RELU;
+}
+
 static rg_status unary(rg_kargs *k, int op) {
   int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-  rg_cpu_for(nchunk, nthreads(k), unary_range,
+  rg_cpu_for(nchunk, par_threads(k, !unary_cheap(op) || n > EW_PAR_MIN), unary_range,
              &(map_job){op, k->in[0].p, NULL, k->out[0].p, n, k->node->f[0], k->node->f[1]});
   return RG_OK;
 }
@@ -266,7 +275,7 @@ static inline float silu_grad(float x) {
 static void dgrad_span(int op, const float *u, const float *g, float *d, int64_t n, float lo,
                        float hi) {
   switch (op) {
-  case D_RELU: for (int64_t i = 0; i < n; i++) d[i] = u[i] > 0.f ? g[i] : 0.f; break;
+  case D_RELU: rg_cpu_vec()->relu_bwd(u, g, d, n); break;
   case D_GELU: rg_cpu_vec()->gelu_bwd(u, g, d, n); break;
   case D_SILU: for (int64_t i = 0; i < n; i++) d[i] = g[i] * silu_grad(u[i]); break;
   case D_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = g[i] * u[i] * (1.f - u[i]); break;
@@ -288,7 +297,8 @@ static void dgrad_range(void *a, int64_t lo, int64_t hi, int slot) {
 
 static rg_status dgrad(rg_kargs *k, int op) {
   int64_t n = k->out[0].n, nchunk = (n + EW_CHUNK - 1) / EW_CHUNK;
-  rg_cpu_for(nchunk, nthreads(k), dgrad_range,
+  bool cheap = op != D_GELU && op != D_SILU; /* EW_PAR_MIN */
+  rg_cpu_for(nchunk, par_threads(k, !cheap || n > EW_PAR_MIN), dgrad_range,
              &(map_job){op, k->in[0].p, k->in[1].p, k->out[0].p, n, k->node->f[0],
                         k->node->f[1]});
   return RG_OK;

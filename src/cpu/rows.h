@@ -6,9 +6,11 @@
  *  - A tensor [..., C] is R = n / C contiguous rows of C; each row is handled by one
  *    thread, and every reduction across rows runs in an order fixed by the shapes, so
  *    results are identical for any thread count.
- *  - Softmax-like rows subtract the row maximum before exp. Row sums accumulate in double;
+ *  - Softmax-like rows subtract the row maximum before exp. Row sums accumulate in double
+ *    (a norm's in blocks of 4 vectors summed in float first, vec.h);
  *    normalisation takes the mean first and the variance of the centred values, so rows
- *    offset by 1e4 keep their precision.
+ *    offset by 1e4 keep their precision. A norm's backward sums dgamma and dbeta per
+ *    chunk of rows (chunks fixed by R), then the chunks in order.
  *  - Index and target checks finish before any output is written: a bad id fails the
  *    kernel with nothing written.
  *  - Zero-size tensors are legal: an empty last axis (C == 0) means there is nothing to

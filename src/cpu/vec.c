@@ -30,6 +30,11 @@
 #define VHMAX(v) (v)
 #define VHSUMD(v) ((double)(v))
 #define VSQRT(v) sqrtf(v)
+#define VD double
+#define VDZERO 0.0
+#define VDACC(lo, hi, v) ((lo) += (double)(v), (void)(hi))
+#define VDHSUM(lo, hi) ((lo) + (hi))
+#define VDADDTO(p, v) (*(p) += (double)(v))
 
 /* 2^n from its exponent bits; n NaN (a NaN argument) gives NaN. */
 static inline float portable_pow2(float n) {

@@ -1,6 +1,6 @@
 /*
- * vec.h - the CPU kernels' vectorised row functions (dot, axpy, max, exp, GELU, AdamW), one
- * table per instruction set, chosen once per process at run time.
+ * vec.h - the CPU kernels' vectorised row functions (dot, axpy, max, exp, GELU, AdamW, the
+ * norms' rows, ReLU), one table per instruction set, chosen once per process at run time.
  *
  * Invariants:
  *  - The build passes no global instruction-set flag: the AVX2+FMA and AVX-512 bodies
@@ -54,6 +54,31 @@ typedef struct rg_vec_ops {
      bits (optim.c) */
   void (*adamw)(const rg_vec_adam *c, float *w, const float *g, float *m, float *v,
                 int64_t n);
+  /* The norms' rows (norms.c). A row's sums add blocks of 4 vectors summed in float in
+     double lanes; the per-element arithmetic is float. */
+  /* sum_i x[i] */
+  double (*sum)(const float *x, int64_t n);
+  /* sum_i (x[i] - mu)^2, each square in float */
+  double (*sqdev)(const float *x, float mu, int64_t n);
+  /* y[i] = (x[i] - mu) rstd gamma[i] + beta[i]; gamma NULL: 1, beta NULL: 0 */
+  void (*norm)(const float *x, float mu, float rstd, const float *gamma, const float *beta,
+               float *y, int64_t n);
+  /* A norm's dx: with xh = (x - mu) rstd and dxh = g gamma (g where gamma is NULL),
+     dx = rstd (dxh - a - xh b), a = mean(dxh) (0 unless centre), b = mean(dxh xh), the
+     means summed as sum's; then dx[i] + add[i] (a float add) where add is not NULL. */
+  void (*norm_dx)(const float *x, const float *gamma, const float *g, const float *add,
+                  float mu, float rstd, int centre, float *dx, int64_t n);
+  /* For rows r < rows of x and g (leading dimension ld), with their mu[r] and rstd[r]:
+     ag[i] += sum_r g xh, ab[i] += sum_r g, xh as norm_dx's; the rows' terms summed in
+     float in row order, the result added in double. ag or ab may be NULL. Both have room
+     for n rounded up to 16 (the widest vector): the lanes past n get zeroes or garbage,
+     never a fault. */
+  void (*norm_dparam)(const float *x, const float *g, int64_t ld, const float *mu,
+                      const float *rstd, int64_t rows, double *ag, double *ab, int64_t n);
+  /* y[i] = x[i] < 0 ? 0 : x[i] (NaN stays NaN) */
+  void (*relu)(const float *x, float *y, int64_t n);
+  /* d[i] = u[i] > 0 ? g[i] : 0 */
+  void (*relu_bwd)(const float *u, const float *g, float *d, int64_t n);
 } rg_vec_ops;
 
 /* The process's table (thread-safe; the first call makes the choice). */

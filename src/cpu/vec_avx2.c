@@ -31,6 +31,13 @@
 #define VHMAX(v) avx2_hmax(v)
 #define VHSUMD(v) avx2_hsumd(v)
 #define VSQRT(v) _mm256_sqrt_ps(v)
+#define VD __m256d
+#define VDZERO _mm256_setzero_pd()
+#define VDACC(lo, hi, v)                                                                   \
+  ((lo) = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v))),                   \
+   (hi) = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))))
+#define VDHSUM(lo, hi) avx2_dsum(_mm256_add_pd(lo, hi))
+#define VDADDTO(p, v) avx2_daddto(p, v)
 
 /* Halves, then pairs, then the last two lanes: a fixed order. */
 VATTR static inline float avx2_hsum(__m256 v) {
@@ -52,6 +59,19 @@ VATTR static inline double avx2_hsumd(__m256 v) {
                             _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
   __m128d s = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+/* Halves, then the last two lanes: a fixed order. */
+VATTR static inline double avx2_dsum(__m256d d) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+VATTR static inline void avx2_daddto(double *p, __m256 v) {
+  _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p),
+                                    _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+  _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4),
+                                        _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
 }
 
 #include "vec_body.h"

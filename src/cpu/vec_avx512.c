@@ -31,6 +31,13 @@
 #define VHMAX(v) _mm512_reduce_max_ps(v)
 #define VHSUMD(v) avx512_hsumd(v)
 #define VSQRT(v) _mm512_sqrt_ps(v)
+#define VD __m512d
+#define VDZERO _mm512_setzero_pd()
+#define VDACC(lo, hi, v)                                                                   \
+  ((lo) = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v))),                   \
+   (hi) = _mm512_add_pd(hi, _mm512_cvtps_pd(avx512_upper(v))))
+#define VDHSUM(lo, hi) _mm512_reduce_add_pd(_mm512_add_pd(lo, hi))
+#define VDADDTO(p, v) avx512_daddto(p, v)
 #define VLOADN(p, n) _mm512_maskz_loadu_ps(avx512_first(n), p)
 #define VSTOREN(p, v, n) _mm512_mask_storeu_ps(p, avx512_first(n), v)
 #define VKEEP(v, n) _mm512_maskz_mov_ps(avx512_first(n), v)
@@ -38,8 +45,19 @@
 /* The mask of lanes [0, n), n < 16. */
 static inline __mmask16 avx512_first(int64_t n) { return (__mmask16)((1u << n) - 1); }
 
+/* Lanes 8 to 15. */
+VATTR static inline __m256 avx512_upper(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+VATTR static inline void avx512_daddto(double *p, __m512 v) {
+  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v)), hi = _mm512_cvtps_pd(avx512_upper(v));
+  _mm512_storeu_pd(p, _mm512_add_pd(_mm512_loadu_pd(p), lo));
+  _mm512_storeu_pd(p + 8, _mm512_add_pd(_mm512_loadu_pd(p + 8), hi));
+}
+
 VATTR static inline double avx512_hsumd(__m512 v) {
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 hi = avx512_upper(v);
   __m512d d = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), _mm512_cvtps_pd(hi));
   return _mm512_reduce_add_pd(d);
 }

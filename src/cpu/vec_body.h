@@ -17,6 +17,10 @@
  *   VHSUM(v), VHMAX(v)      the lanes' sum (fixed order) and maximum, as float
  *   VHSUMD(v)               the lanes' sum in double
  *   VSQRT(v)                the correctly rounded square root
+ *   VD, VDZERO              an accumulator of W doubles held as two halves (lo, hi), zero
+ *   VDACC(lo, hi, v)        lo += v's first half, hi += its second half, in double
+ *   VDHSUM(lo, hi)          the accumulator's sum (fixed order), as double
+ *   VDADDTO(p, v)           p[i] += v[i] in double for the W doubles at p
  *
  * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
  * through a zero-padded vector, so every element of an elementwise function gets the
@@ -230,9 +234,156 @@ VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, floa
 #undef VEC_GELU_C
 #undef VEC_GELU_A
 
+/* ---- the norms' rows -------------------------------------------------------------------
+   A row's sums: each block of 4 vectors is summed lanewise in float (a few roundings of
+   its own terms' magnitude, as the float products already carry), and the blocks in
+   double lanes; the last partial block a vector at a time, all in an order fixed by n. */
+
+VATTR static double VN(sum)(const float *x, int64_t n) {
+  VD a0 = VDZERO, a1 = VDZERO;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    V s = VADD(VADD(VLOAD(x + i), VLOAD(x + i + W)),
+               VADD(VLOAD(x + i + 2 * W), VLOAD(x + i + 3 * W)));
+    VDACC(a0, a1, s);
+  }
+  for (; i + W <= n; i += W) VDACC(a0, a1, VLOAD(x + i));
+  if (i < n) VDACC(a0, a1, VN(load_part)(x + i, n - i));
+  return VDHSUM(a0, a1);
+}
+
+/* (x - m)^2 for k <= W elements at x (0 in the lanes past k). */
+VATTR static inline V VN(sq)(const float *x, V m, int64_t k) {
+  V d = VSUB(k == W ? VLOAD(x) : VN(load_part)(x, k), m);
+  return k == W ? VMUL(d, d) : VN(keep)(VMUL(d, d), k);
+}
+
+VATTR static double VN(sqdev)(const float *x, float mu, int64_t n) {
+  V m = VSET1(mu);
+  VD a0 = VDZERO, a1 = VDZERO;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    V s = VADD(VADD(VN(sq)(x + i, m, W), VN(sq)(x + i + W, m, W)),
+               VADD(VN(sq)(x + i + 2 * W, m, W), VN(sq)(x + i + 3 * W, m, W)));
+    VDACC(a0, a1, s);
+  }
+  for (; i + W <= n; i += W) VDACC(a0, a1, VN(sq)(x + i, m, W));
+  if (i < n) VDACC(a0, a1, VN(sq)(x + i, m, n - i));
+  return VDHSUM(a0, a1);
+}
+
+/* One vector of norm's output. */
+VATTR static inline V VN(norm1)(V x, V m, V r, const float *gamma, const float *beta,
+                                int64_t i, int64_t k) {
+  V v = VMUL(VSUB(x, m), r);
+  if (gamma) v = VMUL(v, k == W ? VLOAD(gamma + i) : VN(load_part)(gamma + i, k));
+  if (beta) v = VADD(v, k == W ? VLOAD(beta + i) : VN(load_part)(beta + i, k));
+  return v;
+}
+
+VATTR static void VN(norm)(const float *x, float mu, float rstd, const float *gamma,
+                           const float *beta, float *y, int64_t n) {
+  V m = VSET1(mu), r = VSET1(rstd);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(y + i, VN(norm1)(VLOAD(x + i), m, r, gamma, beta, i, W));
+  if (i < n)
+    VN(store_part)(y + i, VN(norm1)(VN(load_part)(x + i, n - i), m, r, gamma, beta, i, n - i),
+                   n - i);
+}
+
+/* dxh = g gamma (g without gamma) for the k <= W elements at i. */
+VATTR static inline V VN(dxh)(const float *g, const float *gamma, int64_t i, int64_t k) {
+  V gv = k == W ? VLOAD(g + i) : VN(load_part)(g + i, k);
+  if (!gamma) return gv;
+  return VMUL(gv, k == W ? VLOAD(gamma + i) : VN(load_part)(gamma + i, k));
+}
+
+VATTR static void VN(norm_dx)(const float *x, const float *gamma, const float *g,
+                              const float *add, float mu, float rstd, int centre, float *dx,
+                              int64_t n) {
+  V m = VSET1(mu), r = VSET1(rstd);
+  VD s0 = VDZERO, s1 = VDZERO, t0 = VDZERO, t1 = VDZERO;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) { /* blocks of 4 vectors, as sum's */
+    V sd = VSET1(0.f), sp = VSET1(0.f);
+    for (int u = 0; u < 4; u++) {
+      V d = VN(dxh)(g, gamma, i + u * W, W), xh = VMUL(VSUB(VLOAD(x + i + u * W), m), r);
+      sd = VADD(sd, d);
+      sp = VADD(sp, VMUL(d, xh));
+    }
+    VDACC(s0, s1, sd);
+    VDACC(t0, t1, sp);
+  }
+  for (; i + W <= n; i += W) {
+    V d = VN(dxh)(g, gamma, i, W), xh = VMUL(VSUB(VLOAD(x + i), m), r);
+    VDACC(s0, s1, d);
+    VDACC(t0, t1, VMUL(d, xh));
+  }
+  if (i < n) { /* d is 0 in the padding; keep its products 0 whatever xh is there */
+    V d = VN(dxh)(g, gamma, i, n - i), xh = VMUL(VSUB(VN(load_part)(x + i, n - i), m), r);
+    VDACC(s0, s1, d);
+    VDACC(t0, t1, VN(keep)(VMUL(d, xh), n - i));
+  }
+  V a = VSET1(centre ? (float)(VDHSUM(s0, s1) / (double)n) : 0.f);
+  V nb = VSET1((float)(-VDHSUM(t0, t1) / (double)n));
+  for (i = 0; i < n; i += W) {
+    int64_t k = n - i < W ? n - i : W;
+    V xh = VMUL(VSUB(k == W ? VLOAD(x + i) : VN(load_part)(x + i, k), m), r);
+    V v = VMUL(r, VFMA(xh, nb, VSUB(VN(dxh)(g, gamma, i, k), a)));
+    if (add) v = VADD(v, k == W ? VLOAD(add + i) : VN(load_part)(add + i, k));
+    if (k == W) VSTORE(dx + i, v);
+    else VN(store_part)(dx + i, v, k);
+  }
+}
+
+VATTR static void VN(norm_dparam)(const float *x, const float *g, int64_t ld,
+                                  const float *mu, const float *rstd, int64_t rows, double *ag,
+                                  double *ab, int64_t n) {
+  for (int64_t i = 0; i < n; i += W) {
+    int64_t k = n - i < W ? n - i : W;
+    V sg = VSET1(0.f), sb = VSET1(0.f);
+    for (int64_t r = 0; r < rows; r++) {
+      const float *xr = x + r * ld + i, *gr = g + r * ld + i;
+      V gv = k == W ? VLOAD(gr) : VN(load_part)(gr, k);
+      if (ag) {
+        V xh = VMUL(VSUB(k == W ? VLOAD(xr) : VN(load_part)(xr, k), VSET1(mu[r])),
+                    VSET1(rstd[r]));
+        sg = VADD(sg, VMUL(gv, xh));
+      }
+      sb = VADD(sb, gv);
+    }
+    if (ag) VDADDTO(ag + i, sg);
+    if (ab) VDADDTO(ab + i, sb);
+  }
+}
+
+VATTR static void VN(relu)(const float *x, float *y, int64_t n) {
+  V z = VSET1(0.f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V v = VLOAD(x + i);
+    VSTORE(y + i, VLTSEL(v, z, z, v));
+  }
+  if (i < n) {
+    V v = VN(load_part)(x + i, n - i);
+    VN(store_part)(y + i, VLTSEL(v, z, z, v), n - i);
+  }
+}
+
+VATTR static void VN(relu_bwd)(const float *u, const float *g, float *d, int64_t n) {
+  V z = VSET1(0.f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) VSTORE(d + i, VLTSEL(z, VLOAD(u + i), VLOAD(g + i), z));
+  if (i < n)
+    VN(store_part)(d + i,
+                   VLTSEL(z, VN(load_part)(u + i, n - i), VN(load_part)(g + i, n - i), z),
+                   n - i);
+}
+
 /* The table's entries, for the includer's rg_vec_ops initialiser. */
 #define VEC_TABLE(nm)                                                                      \
   {                                                                                        \
     nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
-        VN(gelu_bwd), VN(adamw)                                                            \
+        VN(gelu_bwd), VN(adamw), VN(sum), VN(sqdev), VN(norm), VN(norm_dx),                \
+        VN(norm_dparam), VN(relu), VN(relu_bwd)                                            \
   }
