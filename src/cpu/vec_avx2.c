@@ -54,6 +54,9 @@ VATTR static inline double avx2_hsumd(__m256 v) {
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* 16 vector registers: mm keeps 4 x 2 accumulators, two B vectors and a broadcast */
+#define VMM_NV 2
+
 #include "vec_body.h"
 
 static const rg_vec_ops table = VEC_TABLE("avx2");

@@ -230,9 +230,96 @@ VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, floa
 #undef VEC_GELU_C
 #undef VEC_GELU_A
 
+/* mm's register tile: VMM_MR rows of C by up to VMM_NV vectors of W columns, the
+   accumulators in registers across the whole k loop (an includer with few vector
+   registers defines a smaller VMM_NV; at most 4). */
+#define VMM_MR 4
+#ifndef VMM_NV
+#define VMM_NV 4
+#endif
+
+/* Rows [0, mr) by columns [0, nv W) of C; mr and nv are constants wherever it is inlined,
+   so the loops over them unroll and acc stays in registers. */
+VATTR static inline __attribute__((always_inline)) void
+VN(mm_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
+            int64_t ldb, int64_t k, int add, int mr, int nv) {
+  V acc[VMM_MR][4];
+  for (int r = 0; r < mr; r++)
+    for (int c = 0; c < nv; c++) acc[r][c] = add ? VLOAD(C + r * ldc + c * W) : VSET1(0.f);
+  for (int64_t l = 0; l < k; l++) {
+    const float *b = B + l * ldb, *a = A + l * ak;
+    V bv[4];
+    for (int c = 0; c < nv; c++) bv[c] = VLOAD(b + c * W);
+    for (int r = 0; r < mr; r++) {
+      V av = VSET1(a[r * ar]);
+      for (int c = 0; c < nv; c++) acc[r][c] = VFMA(av, bv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < mr; r++)
+    for (int c = 0; c < nv; c++) VSTORE(C + r * ldc + c * W, acc[r][c]);
+}
+
+/* Rows [0, mr) by columns [0, n), n < W: one zero-padded vector, the same arithmetic. */
+VATTR static inline __attribute__((always_inline)) void
+VN(mm_part_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
+                 int64_t ldb, int64_t k, int add, int mr, int64_t n) {
+  V acc[VMM_MR];
+  for (int r = 0; r < mr; r++) acc[r] = add ? VN(load_part)(C + r * ldc, n) : VSET1(0.f);
+  for (int64_t l = 0; l < k; l++) {
+    V bv = VN(load_part)(B + l * ldb, n);
+    for (int r = 0; r < mr; r++) acc[r] = VFMA(VSET1(A[r * ar + l * ak]), bv, acc[r]);
+  }
+  for (int r = 0; r < mr; r++) VN(store_part)(C + r * ldc, acc[r], n);
+}
+
+VATTR static void VN(mm_part)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                              const float *B, int64_t ldb, int64_t k, int add, int mr,
+                              int64_t n) {
+  switch (mr) {
+  case 1: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 1, n); break;
+  case 2: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 2, n); break;
+  case 3: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 3, n); break;
+  default: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 4, n); break;
+  }
+}
+
+/* One tile with mr and nv made constants. */
+VATTR static void VN(mm_full)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                              const float *B, int64_t ldb, int64_t k, int add, int mr,
+                              int nv) {
+  switch (mr * 8 + nv) {
+#define VMM_T(r, c)                                                                        \
+  case r * 8 + c: VN(mm_tile)(C, ldc, A, ar, ak, B, ldb, k, add, r, c); break;
+    VMM_T(1, 1) VMM_T(1, 2) VMM_T(1, 3) VMM_T(1, 4)
+    VMM_T(2, 1) VMM_T(2, 2) VMM_T(2, 3) VMM_T(2, 4)
+    VMM_T(3, 1) VMM_T(3, 2) VMM_T(3, 3) VMM_T(3, 4)
+    VMM_T(4, 1) VMM_T(4, 2) VMM_T(4, 3) VMM_T(4, 4)
+#undef VMM_T
+  default: break;
+  }
+}
+
+VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                         const float *B, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                         int add) {
+  for (int64_t i = 0; i < m; i += VMM_MR) {
+    int mr = m - i < VMM_MR ? (int)(m - i) : VMM_MR;
+    float *c = C + i * ldc;
+    const float *a = A + i * ar;
+    int64_t j = 0;
+    while (j + W <= n) {
+      int64_t left = (n - j) / W;
+      int nv = left < VMM_NV ? (int)left : VMM_NV;
+      VN(mm_full)(c + j, ldc, a, ar, ak, B + j, ldb, k, add, mr, nv);
+      j += (int64_t)nv * W;
+    }
+    if (j < n) VN(mm_part)(c + j, ldc, a, ar, ak, B + j, ldb, k, add, mr, n - j);
+  }
+}
+
 /* The table's entries, for the includer's rg_vec_ops initialiser. */
 #define VEC_TABLE(nm)                                                                      \
   {                                                                                        \
     nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
-        VN(gelu_bwd), VN(adamw)                                                            \
+        VN(gelu_bwd), VN(adamw), VN(mm)                                                    \
   }
