@@ -193,6 +193,28 @@ static void check_mm(const rg_vec_ops *v) {
         moved);
 }
 
+/* transpose: blocks of every size around the 8 x 8 one, copied exactly, nothing written
+   outside the transposed block. */
+static void check_transpose(const rg_vec_ops *v) {
+  enum { M = 27, N = 26, LDX = 31, LDY = 33 };
+  static float x[M * LDX], y[N * LDY];
+  uint32_t seed = 5;
+  for (int i = 0; i < M * LDX; i++) x[i] = frand(&seed);
+  static const int64_t sz[] = {0, 1, 7, 8, 9, 16, 17, 26};
+  for (size_t mi = 0; mi < sizeof sz / sizeof *sz; mi++)
+    for (size_t ni = 0; ni < sizeof sz / sizeof *sz; ni++) {
+      int64_t m = sz[mi], n = sz[ni];
+      for (int i = 0; i < N * LDY; i++) y[i] = -7.f;
+      v->transpose(y, LDY, x, LDX, m, n);
+      int bad = 0;
+      for (int64_t j = 0; j < N; j++)
+        for (int64_t i = 0; i < LDY; i++)
+          bad += y[j * LDY + i] != (i < m && j < n ? x[i * LDX + j] : -7.f);
+      CHECK(!bad, "%s transpose %lld x %lld: %d elements wrong", v->name, (long long)m,
+            (long long)n, bad);
+    }
+}
+
 int main(void) {
   const rg_vec_ops *tabs[] = {&rg_vec_portable, rg_vec_avx2(), rg_vec_avx512()};
   const char *feat[] = {NULL, "avx2", "avx512f"};
@@ -208,6 +230,7 @@ int main(void) {
 #endif
     check_table(tabs[i]);
     check_mm(tabs[i]);
+    check_transpose(tabs[i]);
     ran++;
   }
   const rg_vec_ops *c = rg_cpu_vec();

@@ -133,19 +133,10 @@ static inline int64_t attn_cols(int64_t n) { return (n + 15) / 16 * 16; }
 static int64_t attn_ld(const attn_dims *a) { return attn_cols(a->S) + (a->S == 0); }
 
 /* kt[d ld + s] = K[s sr + d] for keys [s0, s1), and 0 for s in [s1, attn_cols(s1)): the
-   keys transposed, for the scores' product. Eight keys at a time, so both the reads
-   (along eight rows) and the writes (eight floats of a row of kt) stay in a few cache
-   lines. */
-static void attn_transpose(float *kt, int64_t ld, const float *K, int64_t sr, int64_t s0,
-                           int64_t s1, int64_t D) {
-  int64_t s = s0;
-  for (; s + 8 <= s1; s += 8) {
-    const float *k = K + s * sr;
-    for (int64_t d = 0; d < D; d++)
-      for (int i = 0; i < 8; i++) kt[d * ld + s + i] = k[i * sr + d];
-  }
-  for (; s < s1; s++)
-    for (int64_t d = 0; d < D; d++) kt[d * ld + s] = K[s * sr + d];
+   keys transposed, for the scores' product. */
+static void attn_transpose(const rg_vec_ops *vo, float *kt, int64_t ld, const float *K,
+                           int64_t sr, int64_t s0, int64_t s1, int64_t D) {
+  vo->transpose(kt + s0, ld, K + s0 * sr, sr, s1 - s0, D);
   for (int64_t d = 0; d < D && attn_cols(s1) > s1; d++)
     memset(kt + d * ld + s1, 0, (size_t)(attn_cols(s1) - s1) * sizeof(float));
 }
@@ -239,7 +230,7 @@ static void attn_fwd_range(void *arg, int64_t lo, int64_t hi, int slot) {
     int64_t kv = attn_head(a, &a->k, bh);
     int64_t ns = attn_keys(a, t0 + nb - 1);
     if (r == lo || t0 == 0) have = 0; /* a new head: its keys from the start */
-    if (ns > have) attn_transpose(kt, ld, io->k + kv, a->k.sr, have, ns, a->D), have = ns;
+    if (ns > have) attn_transpose(j->vo, kt, ld, io->k + kv, a->k.sr, have, ns, a->D), have = ns;
     attn_block_scores(a, io, j->vo, io->q + attn_head(a, &a->q, bh) + t0 * a->q.sr, kt, p, ld,
                       bh, t0, nb);
     for (int64_t i = 0; i < nb; i++)
@@ -330,16 +321,18 @@ static void attn_bwd_block(const attn_job *j, int64_t bh, int64_t t0, int64_t nb
     }
   }
   if (io->dq) attn_block_pv(a, vo, io->dq + qo, a->q.sr, dp, ld, io->k + ko, a->k.sr, t0, nb);
-  /* keys [s0, s0 + GR) take the block's queries from the first that sees s0 on */
+  /* keys [s0, s0 + GR) take the block's queries from the first that sees s0 on; the
+     first block that sees them writes their rows, later ones add to them */
   for (int64_t s0 = 0; s0 < ns && (io->dk || io->dv); s0 += GR) {
     int64_t gk = min64(GR, ns - s0), i0 = a->causal && s0 > t0 ? s0 - t0 : 0;
     int64_t kr = ko + s0 * a->k.sr;
+    int add = a->causal ? s0 < t0 : t0 > 0;
     if (io->dv)
       vo->mm(io->dv + kr, a->k.sr, p + i0 * ld + s0, 1, ld, G + i0 * a->o.sr, a->o.sr, gk, D,
-             nb - i0, 1);
+             nb - i0, add);
     if (io->dk)
       vo->mm(io->dk + kr, a->k.sr, dp + i0 * ld + s0, 1, ld, Q + i0 * a->q.sr, a->q.sr, gk, D,
-             nb - i0, 1);
+             nb - i0, add);
   }
 }
 
@@ -353,12 +346,12 @@ static void attn_bwd_range(void *arg, int64_t lo, int64_t hi, int slot) {
   float *dp = p + QB * ld;
   for (int64_t bh = lo; bh < hi; bh++) {
     int64_t ko = attn_head(a, &a->k, bh), ns = a->T ? attn_keys(a, a->T - 1) : 0;
-    for (int64_t s = 0; s < a->S; s++) {
+    for (int64_t s = ns; s < a->S; s++) { /* keys no query sees (the blocks write the rest) */
       if (io->dk) memset(io->dk + ko + s * a->k.sr, 0, (size_t)a->D * sizeof(float));
       if (io->dv) memset(io->dv + ko + s * a->k.sr, 0, (size_t)a->D * sizeof(float));
     }
-    attn_transpose(kt, ld, io->k + ko, a->k.sr, 0, ns, a->D);
-    attn_transpose(vt, ld, io->v + ko, a->k.sr, 0, ns, a->D);
+    attn_transpose(j->vo, kt, ld, io->k + ko, a->k.sr, 0, ns, a->D);
+    attn_transpose(j->vo, vt, ld, io->v + ko, a->k.sr, 0, ns, a->D);
     for (int64_t t0 = 0; t0 < a->T; t0 += QB)
       attn_bwd_block(j, bh, t0, min64(QB, a->T - t0), kt, vt, p, dp);
   }

@@ -62,6 +62,8 @@ typedef struct rg_vec_ops {
      own row of A and column of B alone. */
   void (*mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
              int64_t ldb, int64_t m, int64_t n, int64_t k, int add);
+  /* y[j ldy + i] = x[i ldx + j] for i < m, j < n: x's m x n block transposed (copies) */
+  void (*transpose)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t m, int64_t n);
 } rg_vec_ops;
 
 /* The process's table (thread-safe; the first call makes the choice). */

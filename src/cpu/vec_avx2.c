@@ -57,6 +57,7 @@ VATTR static inline double avx2_hsumd(__m256 v) {
 /* 16 vector registers: mm keeps 4 x 2 accumulators, two B vectors and a broadcast */
 #define VMM_NV 2
 
+#define VEC_TR8 1
 #include "vec_body.h"
 
 static const rg_vec_ops table = VEC_TABLE("avx2");

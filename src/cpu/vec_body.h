@@ -17,6 +17,9 @@
  *   VHSUM(v), VHMAX(v)      the lanes' sum (fixed order) and maximum, as float
  *   VHSUMD(v)               the lanes' sum in double
  *   VSQRT(v)                the correctly rounded square root
+ * and may define VEC_TR8 where its target has AVX's 8-float vectors (both x86 tables):
+ * transpose then moves 8 x 8 blocks through registers; VMM_NV, mm's tile width in
+ * vectors (default 4); VMM_ROWS where a vector is one float: mm then works by rows.
  *
  * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
  * through a zero-padded vector, so every element of an elementwise function gets the
@@ -230,6 +233,25 @@ VATTR static void VN(adamw)(const rg_vec_adam *c, float *w, const float *g, floa
 #undef VEC_GELU_C
 #undef VEC_GELU_A
 
+#ifdef VMM_ROWS
+/* mm one row of C at a time, as y += a x over its columns: the includer's vectors are
+   single floats, and the compiler vectorises these column loops better than it does
+   the register tile below. The same sums in the same order. */
+VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                         const float *B, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                         int add) {
+  for (int64_t i = 0; i < m; i++) {
+    float *c = C + i * ldc;
+    if (!add)
+      for (int64_t j = 0; j < n; j++) c[j] = 0.f;
+    for (int64_t l = 0; l < k; l++) {
+      float a = A[i * ar + l * ak];
+      const float *b = B + l * ldb;
+      for (int64_t j = 0; j < n; j++) c[j] = VFMA(a, b[j], c[j]);
+    }
+  }
+}
+#else
 /* mm's register tile: VMM_MR rows of C by up to VMM_NV vectors of W columns, the
    accumulators in registers across the whole k loop (an includer with few vector
    registers defines a smaller VMM_NV; at most 4). */
@@ -317,9 +339,49 @@ VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int6
   }
 }
 
+#endif
+
+#ifdef VEC_TR8
+/* An 8 x 8 block transposed in registers: pairs of rows interleaved, then pairs of
+   pairs, then the 128-bit halves exchanged. */
+VATTR static inline void VN(tr8)(float *y, int64_t ldy, const float *x, int64_t ldx) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(x + i * ldx);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; j++) {
+    _mm256_storeu_ps(y + j * ldy, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+    _mm256_storeu_ps(y + (j + 4) * ldy, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+  }
+}
+#endif
+
+VATTR static void VN(transpose)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t m,
+                                int64_t n) {
+  int64_t i = 0;
+#ifdef VEC_TR8
+  for (; i + 8 <= m; i += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) VN(tr8)(y + j * ldy + i, ldy, x + i * ldx + j, ldx);
+    for (; j < n; j++)
+      for (int64_t r = 0; r < 8; r++) y[j * ldy + i + r] = x[(i + r) * ldx + j];
+  }
+#endif
+  for (; i < m; i++)
+    for (int64_t j = 0; j < n; j++) y[j * ldy + i] = x[i * ldx + j];
+}
+
 /* The table's entries, for the includer's rg_vec_ops initialiser. */
 #define VEC_TABLE(nm)                                                                      \
   {                                                                                        \
     nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
-        VN(gelu_bwd), VN(adamw), VN(mm)                                                    \
+        VN(gelu_bwd), VN(adamw), VN(mm), VN(transpose)                                     \
   }
