@@ -149,7 +149,7 @@ static void check_mm(const rg_vec_ops *v) {
     for (int l = 0; l < KK; l++) At[l * MM + i] = A[i * KK + l];
   for (int i = 0; i < KK * NN; i++) B[i] = frand(&seed) * 2.f;
   for (int i = 0; i < MM * LDC; i++) C0[i] = frand(&seed);
-  static const int64_t ms[] = {1, 2, 3, 4, 5, 8, 11}, ns[] = {0, 1, 5, 16, 17, 33, 64, 75},
+  static const int64_t ms[] = {1, 2, 3, 4, 5, 8, 11}, ns[] = {0, 1, 5, 16, 17, 32, 33, 48, 64, 75},
                        ks[] = {0, 1, 7, 64, 70};
   for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)

@@ -121,8 +121,8 @@ static inline float attn_mask(const attn_dims *a, const attn_io *io, int64_t bh,
 
 /* Query rows per block: a block's scores and probabilities are QB rows of scratch. */
 #define QB 32
-/* Rows per causal group (mm's tile height). */
-#define GR 4
+/* Rows per causal group (mm's tallest tile). */
+#define GR 8
 
 /* Keys whose scores a product computes for rows that see n: n rounded up to 16 (the
    widest vector), so the product's columns are whole vectors; the transposed keys past

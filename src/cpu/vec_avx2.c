@@ -54,8 +54,10 @@ VATTR static inline double avx2_hsumd(__m256 v) {
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-/* 16 vector registers: mm keeps 4 x 2 accumulators, two B vectors and a broadcast */
+/* 16 vector registers: mm's tiles keep up to 12 accumulators (6 x 2 vectors, 8 x 1), two
+   B vectors and a broadcast */
 #define VMM_NV 2
+#define VMM_ACC 12
 
 #define VEC_TR8 1
 #include "vec_body.h"

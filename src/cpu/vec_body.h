@@ -18,8 +18,9 @@
  *   VHSUMD(v)               the lanes' sum in double
  *   VSQRT(v)                the correctly rounded square root
  * and may define VEC_TR8 where its target has AVX's 8-float vectors (both x86 tables):
- * transpose then moves 8 x 8 blocks through registers; VMM_NV, mm's tile width in
- * vectors (default 4); VMM_ROWS where a vector is one float: mm then works by rows.
+ * transpose then moves 8 x 8 blocks through registers; VMM_NV and VMM_ACC, mm's widest
+ * tile in vectors and its accumulators (defaults 4 and 16); VMM_ROWS where a vector is
+ * one float: mm then works by rows.
  *
  * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
  * through a zero-padded vector, so every element of an elementwise function gets the
@@ -252,20 +253,25 @@ VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int6
   }
 }
 #else
-/* mm's register tile: VMM_MR rows of C by up to VMM_NV vectors of W columns, the
-   accumulators in registers across the whole k loop (an includer with few vector
-   registers defines a smaller VMM_NV; at most 4). */
-#define VMM_MR 4
+/* mm's register tiles: nv vectors of W columns (nv <= VMM_NV, at most 4) by as many rows
+   as VMM_ACC accumulators allow (at most 8), kept in registers across the whole k loop:
+   4 x 4 vectors, 5 x 3, 8 x 2 and 8 x 1 with the default 16 (an includer with fewer
+   vector registers defines smaller VMM_NV and VMM_ACC). */
 #ifndef VMM_NV
 #define VMM_NV 4
 #endif
+#ifndef VMM_ACC
+#define VMM_ACC 16
+#endif
+
+static inline int VN(mm_rows)(int nv) { return VMM_ACC / nv < 8 ? VMM_ACC / nv : 8; }
 
 /* Rows [0, mr) by columns [0, nv W) of C; mr and nv are constants wherever it is inlined,
    so the loops over them unroll and acc stays in registers. */
 VATTR static inline __attribute__((always_inline)) void
 VN(mm_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
             int64_t ldb, int64_t k, int add, int mr, int nv) {
-  V acc[VMM_MR][4];
+  V acc[8][4];
   for (int r = 0; r < mr; r++)
     for (int c = 0; c < nv; c++) acc[r][c] = add ? VLOAD(C + r * ldc + c * W) : VSET1(0.f);
   for (int64_t l = 0; l < k; l++) {
@@ -285,7 +291,7 @@ VN(mm_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const
 VATTR static inline __attribute__((always_inline)) void
 VN(mm_part_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
                  int64_t ldb, int64_t k, int add, int mr, int64_t n) {
-  V acc[VMM_MR];
+  V acc[8];
   for (int r = 0; r < mr; r++) acc[r] = add ? VN(load_part)(C + r * ldc, n) : VSET1(0.f);
   for (int64_t l = 0; l < k; l++) {
     V bv = VN(load_part)(B + l * ldb, n);
@@ -294,51 +300,43 @@ VN(mm_part_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, 
   for (int r = 0; r < mr; r++) VN(store_part)(C + r * ldc, acc[r], n);
 }
 
-VATTR static void VN(mm_part)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
-                              const float *B, int64_t ldb, int64_t k, int add, int mr,
-                              int64_t n) {
-  switch (mr) {
-  case 1: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 1, n); break;
-  case 2: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 2, n); break;
-  case 3: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 3, n); break;
-  default: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, 4, n); break;
-  }
-}
-
-/* One tile with mr and nv made constants. */
-VATTR static void VN(mm_full)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
-                              const float *B, int64_t ldb, int64_t k, int add, int mr,
-                              int nv) {
+/* One tile with mr and nv made constants (nv = 0: the zero-padded vector of n columns). */
+VATTR static void VN(mm_one)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                             const float *B, int64_t ldb, int64_t k, int add, int mr, int nv,
+                             int64_t n) {
   switch (mr * 8 + nv) {
 #define VMM_T(r, c)                                                                        \
   case r * 8 + c: VN(mm_tile)(C, ldc, A, ar, ak, B, ldb, k, add, r, c); break;
+#define VMM_P(r)                                                                           \
+  case r * 8: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, r, n); break;
     VMM_T(1, 1) VMM_T(1, 2) VMM_T(1, 3) VMM_T(1, 4)
     VMM_T(2, 1) VMM_T(2, 2) VMM_T(2, 3) VMM_T(2, 4)
     VMM_T(3, 1) VMM_T(3, 2) VMM_T(3, 3) VMM_T(3, 4)
     VMM_T(4, 1) VMM_T(4, 2) VMM_T(4, 3) VMM_T(4, 4)
+    VMM_T(5, 1) VMM_T(5, 2) VMM_T(5, 3)
+    VMM_T(6, 1) VMM_T(6, 2) VMM_T(7, 1) VMM_T(7, 2) VMM_T(8, 1) VMM_T(8, 2)
+    VMM_P(1) VMM_P(2) VMM_P(3) VMM_P(4) VMM_P(5) VMM_P(6) VMM_P(7) VMM_P(8)
 #undef VMM_T
+#undef VMM_P
   default: break;
   }
 }
 
+/* Column blocks of up to VMM_NV vectors (then the zero-padded one), each down the rows
+   in tiles as tall as its width allows. */
 VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
                          const float *B, int64_t ldb, int64_t m, int64_t n, int64_t k,
                          int add) {
-  for (int64_t i = 0; i < m; i += VMM_MR) {
-    int mr = m - i < VMM_MR ? (int)(m - i) : VMM_MR;
-    float *c = C + i * ldc;
-    const float *a = A + i * ar;
-    int64_t j = 0;
-    while (j + W <= n) {
-      int64_t left = (n - j) / W;
-      int nv = left < VMM_NV ? (int)left : VMM_NV;
-      VN(mm_full)(c + j, ldc, a, ar, ak, B + j, ldb, k, add, mr, nv);
-      j += (int64_t)nv * W;
+  for (int64_t j = 0; j < n;) {
+    int64_t left = (n - j) / W;
+    int nv = left < VMM_NV ? (int)left : VMM_NV, rows = VN(mm_rows)(nv ? nv : 1);
+    for (int64_t i = 0; i < m; i += rows) {
+      int mr = m - i < rows ? (int)(m - i) : rows;
+      VN(mm_one)(C + i * ldc + j, ldc, A + i * ar, ar, ak, B + j, ldb, k, add, mr, nv, n - j);
     }
-    if (j < n) VN(mm_part)(c + j, ldc, a, ar, ak, B + j, ldb, k, add, mr, n - j);
+    j += nv ? (int64_t)nv * W : n - j;
   }
 }
-
 #endif
 
 #ifdef VEC_TR8
