@@ -1552,7 +1552,7 @@ typedef struct ref_masks {
 static void ref_attention_mask(const float *q, const float *k, const float *v, int64_t BH,
                                int64_t H, int64_t T, int64_t S, int64_t D, int causal,
                                ref_masks mk, double *out) {
-  double sc[64];
+  double sc[256]; /* S <= 256 */
   for (int64_t bh = 0; bh < BH; bh++)
     for (int64_t t = 0; t < T; t++) {
       const float *qr = q + (bh * T + t) * D;
@@ -1642,6 +1642,16 @@ static void t_attention(void) {
   attention_case(1, 1, 4, 2, 3, 0, 1); /* S < T */
   attention_case(1, 1, 1, 6, 2, 0, 1); /* one query, many keys */
   attention_case(1, 2, 3, 5, 2, 1, 0); /* causal, S > T: key s masked when s > t */
+  /* The CPU kernel's blocks (32 queries, causal groups of 4, key columns rounded up to
+     16, vectors of up to 16 floats): T and S past one block and not a multiple of it, D
+     not a multiple of a vector, fewer and more keys than queries under the causal mask. */
+  for (int causal = 0; causal <= 1; causal++) {
+    attention_case(1, 2, 37, 37, 20, causal, 1);
+    attention_case(2, 1, 70, 70, 5, causal, 0);
+  }
+  attention_case(1, 1, 40, 53, 17, 1, 1); /* causal, S > T */
+  attention_case(1, 1, 50, 33, 3, 1, 1);  /* causal, S < T */
+  attention_case(1, 1, 66, 90, 1, 0, 0);  /* D = 1 */
   attention_case(1, 2, 0, 3, 2, 0, 1); /* no queries */
   attention_case(1, 2, 0, 3, 2, 1, 0);
   attention_case(0, 2, 3, 3, 2, 1, 0); /* no batch */
@@ -1777,6 +1787,14 @@ static void t_attention_mask(void) {
   b = rand_bias(5, 0);
   attention_mask_case(1, 2, 0, 5, 2, 0, kp25, b, 1, s1, 1);            /* no queries */
   free(b);
+  /* past one block of the CPU kernel (see t_attention): padding and a bias with -inf */
+  int32_t kp45[90];
+  for (int i = 0; i < 90; i++) kp45[i] = i % 7 == 3 || (i >= 45 && i < 50);
+  int64_t b1ts2[4] = {2, 1, 37, 45};
+  b = rand_bias(2 * 37 * 45, 11);
+  for (int causal = 0; causal <= 1; causal++)
+    attention_mask_case(2, 2, 37, 45, 6, causal, kp45, b, 4, b1ts2, causal);
+  free(b);
   attention_pad_removed();
   rg_ctx *ctx = open_ctx();
   if (!ctx) return;
@@ -1863,6 +1881,8 @@ static void t_attention_qkv(void) {
     attention_qkv_case(1, 1, 3, 3, causal, 1); /* T = 1 */
     attention_qkv_case(2, 5, 2, 8, causal, 0);
     attention_qkv_case(1, 7, 3, 5, causal, 0); /* odd T and D */
+    attention_qkv_case(1, 35, 2, 6, causal, 1); /* past one block (see t_attention) */
+    attention_qkv_case(2, 70, 3, 20, causal, 0);
   }
   attention_qkv_case(1, 0, 2, 2, 1, 0); /* no positions */
   attention_qkv_case(0, 3, 2, 2, 1, 0); /* no batch */
@@ -2942,6 +2962,18 @@ static void t_large(void) {
   ref_attention(x, x + 16384, x2, 8, 64, 64, 32, 1, want);
   big_case("rg_attention [2,4,64,32] causal", (opcall){.op = O_ATTENTION, .i = {1}},
            (big_in[]){Q, K, Vv}, 3, want, 16384, 1e-5);
+  /* the same with masks, T = 70 (blocks of 32 and a part), D = 20 (a part of a vector) */
+  int32_t kpb[2 * 70];
+  for (int i = 0; i < 2 * 70; i++) kpb[i] = i % 9 == 4;
+  int64_t bd[2] = {70, 70};
+  big_in Qm = {4, {2, 2, 70, 20}, x}, Km = {4, {2, 2, 70, 20}, x + 5600},
+         Vm = {4, {2, 2, 70, 20}, x2};
+  ref_attention_mask(x, x + 5600, x2, 4, 2, 70, 70, 20, 1,
+                     (ref_masks){kpb, x2 + 5600, 2, bd}, want);
+  big_case("rg_attention_mask [2,2,70,20] causal, padded, bias [70,70]",
+           (opcall){.op = O_ATTENTION_MASK, .i = {1}, .ix = kpb, .ix_nd = 2, .ix_dims = {2, 70},
+                    .fx = x2 + 5600, .fx_nd = 2, .fx_dims = {70, 70}},
+           (big_in[]){Qm, Km, Vm}, 3, want, 5600, 1e-5);
   /* matmul [2,96,64] x [64,96]: the GEMM in parallel; 64 terms: 3e-5 (see t_matmul) */
   big_in A = {3, {2, 96, 64}, x}, Bm = {2, {64, 96}, x2};
   ref_matmul(x, 3, A.d, x2, 2, Bm.d, 3, (int64_t[]){2, 96, 96}, want);

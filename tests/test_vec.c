@@ -9,7 +9,8 @@
  * within 8e-7 relative (libm's expf is within about 1e-7). Special values: exp of -inf
  * and of arguments below -87.3 is 0, NaN stays NaN, and GELU at +-30 is x and 0. The
  * elementwise functions must give an element the same bits at any position in a row (a
- * tail element as in a full vector), and rg_cpu_vec must return one of the tables and
+ * tail element as in a full vector), so must mm at any position in its product (its
+ * tolerance as dot's, per element), and rg_cpu_vec must return one of the tables and
  * the same one every call. check_norm_rows says what the norms' rows and ReLU must do.
  */
 #include <math.h>
@@ -250,6 +251,86 @@ static void check_table(const rg_vec_ops *v) {
   }
 }
 
+/* mm against double loops: every row count of a tile and past it, column counts of no,
+   part of one, one and several vectors (and past the widest tile), k = 0 (C = 0, or C's
+   own values when add), A read directly and transposed; nothing outside the m x n block
+   of C is written. Then the invariant attention relies on: an element's bits do not
+   depend on where it sits in C (its row and column computed alone give the same). */
+static void check_mm(const rg_vec_ops *v) {
+  enum { MM = 11, NN = 75, KK = 70, LDC = NN + 5 };
+  static float A[MM * KK], At[KK * MM], B[KK * NN], C[MM * LDC], C0[MM * LDC], one;
+  uint32_t seed = 11;
+  for (int i = 0; i < MM * KK; i++) A[i] = frand(&seed) * 2.f;
+  for (int i = 0; i < MM; i++)
+    for (int l = 0; l < KK; l++) At[l * MM + i] = A[i * KK + l];
+  for (int i = 0; i < KK * NN; i++) B[i] = frand(&seed) * 2.f;
+  for (int i = 0; i < MM * LDC; i++) C0[i] = frand(&seed);
+  static const int64_t ms[] = {1, 2, 3, 4, 5, 8, 11}, ns[] = {0, 1, 5, 16, 17, 32, 33, 48, 64, 75},
+                       ks[] = {0, 1, 7, 64, 70};
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (int add = 0; add < 2; add++)
+          for (int tr = 0; tr < 2; tr++) {
+            int64_t m = ms[mi], n = ns[ni], k = ks[ki];
+            memcpy(C, C0, sizeof C);
+            if (tr)
+              v->mm(C, LDC, At, 1, MM, B, NN, m, n, k, add);
+            else
+              v->mm(C, LDC, A, KK, 1, B, NN, m, n, k, add);
+            int bad = 0;
+            for (int64_t i = 0; i < MM; i++)
+              for (int64_t j = 0; j < LDC; j++) {
+                float got = C[i * LDC + j];
+                if (i >= m || j >= n) {
+                  bad += got != C0[i * LDC + j];
+                  continue;
+                }
+                double want = add ? C0[i * LDC + j] : 0, sabs = fabs(want);
+                for (int64_t l = 0; l < k; l++) {
+                  want += (double)A[i * KK + l] * B[l * NN + j];
+                  sabs += fabs((double)A[i * KK + l] * B[l * NN + j]);
+                }
+                bad += !(fabs(got - want) <= 2e-7 * (double)(k + 2) * (sabs + 1e-30));
+              }
+            CHECK(!bad, "%s mm m=%lld n=%lld k=%lld add=%d %s: %d elements wrong or written "
+                  "outside the block", v->name, (long long)m, (long long)n, (long long)k, add,
+                  tr ? "A transposed" : "A direct", bad);
+          }
+  /* element (i, j) of the full product, computed as a 1 x 1 product */
+  v->mm(C, LDC, A, KK, 1, B, NN, MM, NN, KK, 0);
+  int moved = 0;
+  for (int64_t i = 0; i < MM; i++)
+    for (int64_t j = 0; j < NN; j++) {
+      v->mm(&one, 1, A + i * KK, KK, 1, B + j, NN, 1, 1, KK, 0);
+      moved += memcmp(&one, &C[i * LDC + j], sizeof one) != 0;
+    }
+  CHECK(!moved, "%s mm: %d elements differ from the same element computed alone", v->name,
+        moved);
+}
+
+/* transpose: blocks of every size around the 8 x 8 one, copied exactly, nothing written
+   outside the transposed block. */
+static void check_transpose(const rg_vec_ops *v) {
+  enum { M = 27, N = 26, LDX = 31, LDY = 33 };
+  static float x[M * LDX], y[N * LDY];
+  uint32_t seed = 5;
+  for (int i = 0; i < M * LDX; i++) x[i] = frand(&seed);
+  static const int64_t sz[] = {0, 1, 7, 8, 9, 16, 17, 26};
+  for (size_t mi = 0; mi < sizeof sz / sizeof *sz; mi++)
+    for (size_t ni = 0; ni < sizeof sz / sizeof *sz; ni++) {
+      int64_t m = sz[mi], n = sz[ni];
+      for (int i = 0; i < N * LDY; i++) y[i] = -7.f;
+      v->transpose(y, LDY, x, LDX, m, n);
+      int bad = 0;
+      for (int64_t j = 0; j < N; j++)
+        for (int64_t i = 0; i < LDY; i++)
+          bad += y[j * LDY + i] != (i < m && j < n ? x[i * LDX + j] : -7.f);
+      CHECK(!bad, "%s transpose %lld x %lld: %d elements wrong", v->name, (long long)m,
+            (long long)n, bad);
+    }
+}
+
 int main(void) {
   const rg_vec_ops *tabs[] = {&rg_vec_portable, rg_vec_avx2(), rg_vec_avx512()};
   const char *feat[] = {NULL, "avx2", "avx512f"};
@@ -264,6 +345,8 @@ int main(void) {
     if (feat[i]) continue;
 #endif
     check_table(tabs[i]);
+    check_mm(tabs[i]);
+    check_transpose(tabs[i]);
     ran++;
   }
   const rg_vec_ops *c = rg_cpu_vec();

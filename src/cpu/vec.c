@@ -45,6 +45,8 @@ static inline float portable_pow2(float n) {
   return f;
 }
 
+#define VMM_ROWS 1
+
 #include "vec_body.h"
 
 const rg_vec_ops rg_vec_portable = VEC_TABLE("portable");

@@ -1,6 +1,7 @@
 /*
  * vec.h - the CPU kernels' vectorised row functions (dot, axpy, max, exp, GELU, AdamW, the
- * norms' rows, ReLU), one table per instruction set, chosen once per process at run time.
+ * norms' rows, ReLU) and a small register-tiled matrix product (attention's), one table
+ * per instruction set, chosen once per process at run time.
  *
  * Invariants:
  *  - The build passes no global instruction-set flag: the AVX2+FMA and AVX-512 bodies
@@ -79,6 +80,15 @@ typedef struct rg_vec_ops {
   void (*relu)(const float *x, float *y, int64_t n);
   /* d[i] = u[i] > 0 ? g[i] : 0 */
   void (*relu_bwd)(const float *u, const float *g, float *d, int64_t n);
+  /* A small matrix product: C[i ldc + j] = sum_l A[i ar + l ak] B[l ldb + j] for i < m,
+     j < n, l < k (added to C's values when add). A's two strides let it be read
+     transposed (ar = 1, ak = its row length). Each element sums its k terms in l order,
+     one fused multiply-add at a time, wherever it sits in C: its bits depend on its
+     own row of A and column of B alone. */
+  void (*mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
+             int64_t ldb, int64_t m, int64_t n, int64_t k, int add);
+  /* y[j ldy + i] = x[i ldx + j] for i < m, j < n: x's m x n block transposed (copies) */
+  void (*transpose)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t m, int64_t n);
 } rg_vec_ops;
 
 /* The process's table (thread-safe; the first call makes the choice). */

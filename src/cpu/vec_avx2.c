@@ -74,6 +74,12 @@ VATTR static inline void avx2_daddto(double *p, __m256 v) {
                                         _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
 }
 
+/* 16 vector registers: mm's tiles keep up to 12 accumulators (6 x 2 vectors, 8 x 1), two
+   B vectors and a broadcast */
+#define VMM_NV 2
+#define VMM_ACC 12
+
+#define VEC_TR8 1
 #include "vec_body.h"
 
 static const rg_vec_ops table = VEC_TABLE("avx2");

@@ -62,6 +62,7 @@ VATTR static inline double avx512_hsumd(__m512 v) {
   return _mm512_reduce_add_pd(d);
 }
 
+#define VEC_TR8 1
 #include "vec_body.h"
 
 static const rg_vec_ops table = VEC_TABLE("avx512");

@@ -21,6 +21,10 @@
  *   VDACC(lo, hi, v)        lo += v's first half, hi += its second half, in double
  *   VDHSUM(lo, hi)          the accumulator's sum (fixed order), as double
  *   VDADDTO(p, v)           p[i] += v[i] in double for the W doubles at p
+ * and may define VEC_TR8 where its target has AVX's 8-float vectors (both x86 tables):
+ * transpose then moves 8 x 8 blocks through registers; VMM_NV and VMM_ACC, mm's widest
+ * tile in vectors and its accumulators (defaults 4 and 16); VMM_ROWS where a vector is
+ * one float: mm then works by rows.
  *
  * Invariants (vec.h): sums run in an order fixed by n alone; a tail shorter than W goes
  * through a zero-padded vector, so every element of an elementwise function gets the
@@ -380,10 +384,153 @@ VATTR static void VN(relu_bwd)(const float *u, const float *g, float *d, int64_t
                    n - i);
 }
 
+#ifdef VMM_ROWS
+/* mm one row of C at a time, as y += a x over its columns: the includer's vectors are
+   single floats, and the compiler vectorises these column loops better than it does
+   the register tile below. The same sums in the same order. */
+VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                         const float *B, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                         int add) {
+  for (int64_t i = 0; i < m; i++) {
+    float *c = C + i * ldc;
+    if (!add)
+      for (int64_t j = 0; j < n; j++) c[j] = 0.f;
+    for (int64_t l = 0; l < k; l++) {
+      float a = A[i * ar + l * ak];
+      const float *b = B + l * ldb;
+      for (int64_t j = 0; j < n; j++) c[j] = VFMA(a, b[j], c[j]);
+    }
+  }
+}
+#else
+/* mm's register tiles: nv vectors of W columns (nv <= VMM_NV, at most 4) by as many rows
+   as VMM_ACC accumulators allow (at most 8), kept in registers across the whole k loop:
+   4 x 4 vectors, 5 x 3, 8 x 2 and 8 x 1 with the default 16 (an includer with fewer
+   vector registers defines smaller VMM_NV and VMM_ACC). */
+#ifndef VMM_NV
+#define VMM_NV 4
+#endif
+#ifndef VMM_ACC
+#define VMM_ACC 16
+#endif
+
+static inline int VN(mm_rows)(int nv) { return VMM_ACC / nv < 8 ? VMM_ACC / nv : 8; }
+
+/* Rows [0, mr) by columns [0, nv W) of C; mr and nv are constants wherever it is inlined,
+   so the loops over them unroll and acc stays in registers. */
+VATTR static inline __attribute__((always_inline)) void
+VN(mm_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
+            int64_t ldb, int64_t k, int add, int mr, int nv) {
+  V acc[8][4];
+  for (int r = 0; r < mr; r++)
+    for (int c = 0; c < nv; c++) acc[r][c] = add ? VLOAD(C + r * ldc + c * W) : VSET1(0.f);
+  for (int64_t l = 0; l < k; l++) {
+    const float *b = B + l * ldb, *a = A + l * ak;
+    V bv[4];
+    for (int c = 0; c < nv; c++) bv[c] = VLOAD(b + c * W);
+    for (int r = 0; r < mr; r++) {
+      V av = VSET1(a[r * ar]);
+      for (int c = 0; c < nv; c++) acc[r][c] = VFMA(av, bv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < mr; r++)
+    for (int c = 0; c < nv; c++) VSTORE(C + r * ldc + c * W, acc[r][c]);
+}
+
+/* Rows [0, mr) by columns [0, n), n < W: one zero-padded vector, the same arithmetic. */
+VATTR static inline __attribute__((always_inline)) void
+VN(mm_part_tile)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak, const float *B,
+                 int64_t ldb, int64_t k, int add, int mr, int64_t n) {
+  V acc[8];
+  for (int r = 0; r < mr; r++) acc[r] = add ? VN(load_part)(C + r * ldc, n) : VSET1(0.f);
+  for (int64_t l = 0; l < k; l++) {
+    V bv = VN(load_part)(B + l * ldb, n);
+    for (int r = 0; r < mr; r++) acc[r] = VFMA(VSET1(A[r * ar + l * ak]), bv, acc[r]);
+  }
+  for (int r = 0; r < mr; r++) VN(store_part)(C + r * ldc, acc[r], n);
+}
+
+/* One tile with mr and nv made constants (nv = 0: the zero-padded vector of n columns). */
+VATTR static void VN(mm_one)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                             const float *B, int64_t ldb, int64_t k, int add, int mr, int nv,
+                             int64_t n) {
+  switch (mr * 8 + nv) {
+#define VMM_T(r, c)                                                                        \
+  case r * 8 + c: VN(mm_tile)(C, ldc, A, ar, ak, B, ldb, k, add, r, c); break;
+#define VMM_P(r)                                                                           \
+  case r * 8: VN(mm_part_tile)(C, ldc, A, ar, ak, B, ldb, k, add, r, n); break;
+    VMM_T(1, 1) VMM_T(1, 2) VMM_T(1, 3) VMM_T(1, 4)
+    VMM_T(2, 1) VMM_T(2, 2) VMM_T(2, 3) VMM_T(2, 4)
+    VMM_T(3, 1) VMM_T(3, 2) VMM_T(3, 3) VMM_T(3, 4)
+    VMM_T(4, 1) VMM_T(4, 2) VMM_T(4, 3) VMM_T(4, 4)
+    VMM_T(5, 1) VMM_T(5, 2) VMM_T(5, 3)
+    VMM_T(6, 1) VMM_T(6, 2) VMM_T(7, 1) VMM_T(7, 2) VMM_T(8, 1) VMM_T(8, 2)
+    VMM_P(1) VMM_P(2) VMM_P(3) VMM_P(4) VMM_P(5) VMM_P(6) VMM_P(7) VMM_P(8)
+#undef VMM_T
+#undef VMM_P
+  default: break;
+  }
+}
+
+/* Column blocks of up to VMM_NV vectors (then the zero-padded one), each down the rows
+   in tiles as tall as its width allows. */
+VATTR static void VN(mm)(float *C, int64_t ldc, const float *A, int64_t ar, int64_t ak,
+                         const float *B, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                         int add) {
+  for (int64_t j = 0; j < n;) {
+    int64_t left = (n - j) / W;
+    int nv = left < VMM_NV ? (int)left : VMM_NV, rows = VN(mm_rows)(nv ? nv : 1);
+    for (int64_t i = 0; i < m; i += rows) {
+      int mr = m - i < rows ? (int)(m - i) : rows;
+      VN(mm_one)(C + i * ldc + j, ldc, A + i * ar, ar, ak, B + j, ldb, k, add, mr, nv, n - j);
+    }
+    j += nv ? (int64_t)nv * W : n - j;
+  }
+}
+#endif
+
+#ifdef VEC_TR8
+/* An 8 x 8 block transposed in registers: pairs of rows interleaved, then pairs of
+   pairs, then the 128-bit halves exchanged. */
+VATTR static inline void VN(tr8)(float *y, int64_t ldy, const float *x, int64_t ldx) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(x + i * ldx);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; j++) {
+    _mm256_storeu_ps(y + j * ldy, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+    _mm256_storeu_ps(y + (j + 4) * ldy, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+  }
+}
+#endif
+
+VATTR static void VN(transpose)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t m,
+                                int64_t n) {
+  int64_t i = 0;
+#ifdef VEC_TR8
+  for (; i + 8 <= m; i += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) VN(tr8)(y + j * ldy + i, ldy, x + i * ldx + j, ldx);
+    for (; j < n; j++)
+      for (int64_t r = 0; r < 8; r++) y[j * ldy + i + r] = x[(i + r) * ldx + j];
+  }
+#endif
+  for (; i < m; i++)
+    for (int64_t j = 0; j < n; j++) y[j * ldy + i] = x[i * ldx + j];
+}
+
 /* The table's entries, for the includer's rg_vec_ops initialiser. */
 #define VEC_TABLE(nm)                                                                      \
   {                                                                                        \
     nm, VN(dot), VN(axpy), VN(wsum), VN(max), VN(exp_sum), VN(exp_scale), VN(gelu),        \
         VN(gelu_bwd), VN(adamw), VN(sum), VN(sqdev), VN(norm), VN(norm_dx),                \
-        VN(norm_dparam), VN(relu), VN(relu_bwd)                                            \
+        VN(norm_dparam), VN(relu), VN(relu_bwd), VN(mm), VN(transpose)                     \
   }
