@@ -82,7 +82,7 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
 }
 #endif
 
-const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile, NULL};
+const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile, NULL, NULL};
 
 _Static_assert(MC % 12 == 0 && MC % PMR == 0 && NC % 32 == 0 && NC % PNR == 0,
                "the blocks hold whole tiles of every kernel");
@@ -114,56 +114,58 @@ typedef struct gemm_job {
   int64_t bfloats, per_slot;
 } gemm_job;
 
-/* op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row strips, k-major; rows past mc zero. */
-static void pack_a(const gemm_job *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
-                   float *ap) {
-  const int mr = g->kn->mr;
-  for (int64_t s = 0; s < mc; s += mr, ap += mr * kc) {
-    int64_t h = min64(mr, mc - s);
-    if (g->ta) { /* op(A)[i][q] = A[q][i]: a strip's rows are adjacent */
-      for (int64_t p = 0; p < kc; p++) {
-        const float *src = g->A + (p0 + p) * g->lda + i0 + s;
-        float *dst = ap + p * mr;
-        for (int64_t r = 0; r < h; r++) dst[r] = src[r];
-        for (int64_t r = h; r < mr; r++) dst[r] = 0.f;
+/* Rows of the source read at a time when a strip's elements are adjacent in them: the
+   rows stay in L1 while every strip takes its part, instead of each strip walking all kc
+   rows (a strided walk through memory that stalls on every row). */
+#define PACK_ROWS 16
+
+/* A panel of strips of width w (MR for A, NR for B), k-major inside a strip
+   (dst[s * kc + p * w + c] for the strip at s): element (p, s + c) is x[p * ld + s + c]
+   when adjacent, else x[(s + c) * ld + p]; c at or past n - s is zero. */
+static void pack_panel(const rg_gemm_kernel *kn, const float *x, int64_t ld, bool adjacent,
+                       int64_t n, int w, int64_t kc, float *dst) {
+  if (adjacent) {
+    for (int64_t q = 0; q < kc; q += PACK_ROWS) {
+      int64_t kq = min64(PACK_ROWS, kc - q);
+      for (int64_t s = 0; s < n; s += w) {
+        int h = (int)min64(w, n - s);
+        const float *src = x + q * ld + s;
+        float *d = dst + s * kc + q * w;
+        if (kn->pack_cols) {
+          kn->pack_cols(src, ld, h, w, kq, d);
+          continue;
+        }
+        for (int64_t p = 0; p < kq; p++)
+          for (int c = 0; c < w; c++) d[p * w + c] = c < h ? src[p * ld + c] : 0.f;
       }
-    } else if (g->kn->pack_rows) {
-      g->kn->pack_rows(g->A + (i0 + s) * g->lda + p0, g->lda, (int)h, mr, kc, ap);
-    } else {
-      for (int64_t r = 0; r < h; r++) {
-        const float *src = g->A + (i0 + s + r) * g->lda + p0;
-        for (int64_t p = 0; p < kc; p++) ap[p * mr + r] = src[p];
-      }
-      for (int64_t r = h; r < mr; r++)
-        for (int64_t p = 0; p < kc; p++) ap[p * mr + r] = 0.f;
     }
+    return;
+  }
+  for (int64_t s = 0; s < n; s += w) {
+    int h = (int)min64(w, n - s);
+    const float *src = x + s * ld;
+    float *d = dst + s * kc;
+    if (kn->pack_rows) {
+      kn->pack_rows(src, ld, h, w, kc, d);
+      continue;
+    }
+    for (int c = 0; c < w; c++)
+      for (int64_t p = 0; p < kc; p++) d[p * w + c] = c < h ? src[c * ld + p] : 0.f;
   }
 }
 
-/* op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column strips, k-major; columns past nc zero. */
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row strips. */
+static void pack_a(const gemm_job *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float *ap) {
+  const float *x = g->ta ? g->A + p0 * g->lda + i0 : g->A + i0 * g->lda + p0;
+  pack_panel(g->kn, x, g->lda, g->ta, mc, g->kn->mr, kc, ap);
+}
+
+/* op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column strips. */
 static void pack_b(const gemm_job *g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float *bp) {
-  const int nr = g->kn->nr;
-  for (int64_t t = 0; t < nc; t += nr, bp += nr * kc) {
-    int64_t w = min64(nr, nc - t);
-    if (!g->tb) { /* a strip's row is adjacent in B */
-      for (int64_t p = 0; p < kc; p++) {
-        const float *src = g->B + (p0 + p) * g->ldb + j0 + t;
-        float *dst = bp + p * nr;
-        memcpy(dst, src, (size_t)w * sizeof(float));
-        for (int64_t c = w; c < nr; c++) dst[c] = 0.f;
-      }
-    } else if (g->kn->pack_rows) { /* op(B)[q][j] = B[j][q]: a strip's column is B's row */
-      g->kn->pack_rows(g->B + (j0 + t) * g->ldb + p0, g->ldb, (int)w, nr, kc, bp);
-    } else {
-      for (int64_t c = 0; c < w; c++) {
-        const float *src = g->B + (j0 + t + c) * g->ldb + p0;
-        for (int64_t p = 0; p < kc; p++) bp[p * nr + c] = src[p];
-      }
-      for (int64_t c = w; c < nr; c++)
-        for (int64_t p = 0; p < kc; p++) bp[p * nr + c] = 0.f;
-    }
-  }
+  const float *x = g->tb ? g->B + j0 * g->ldb + p0 : g->B + p0 * g->ldb + j0;
+  pack_panel(g->kn, x, g->ldb, !g->tb, nc, g->kn->nr, kc, bp);
 }
 
 /* ---- the blocks of one task, and the tasks --------------------------------------------------- */
@@ -222,18 +224,14 @@ bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
                 .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
   int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
   /* Tasks: about two a thread (the pool hands them to whichever thread is free), cut
-     across M while it has enough rows, across N as well when it has not. Each task packs
-     its own panels of B, so fewer, larger tasks pack less. */
-  int64_t want = nt > 1 ? 2 * (int64_t)nt : 1, row_blocks = cdiv(M, MC);
-  g.rows = M;
-  g.cols = N;
-  g.col_tasks = 1;
-  if (want > 1 && row_blocks >= want) {
-    g.rows = round_up(cdiv(M, want), MC);
-  } else if (want > 1) {
-    g.rows = MC;
-    g.cols = round_up(cdiv(N, cdiv(want, row_blocks)), g.kn->nr);
-  }
+     across M into equal parts of at least 4 strips, and across N as well when M has too
+     few rows for that. Each task packs its own panels of A and B, so fewer, larger tasks
+     pack less. */
+  int64_t want = nt > 1 ? 2 * (int64_t)nt : 1, mr = g.kn->mr;
+  int64_t row_tasks = min64(want, M / (4 * mr));
+  if (row_tasks < 1) row_tasks = 1;
+  g.rows = round_up(cdiv(M, row_tasks), mr);
+  g.cols = round_up(cdiv(N, cdiv(want, row_tasks)), g.kn->nr);
   g.col_tasks = cdiv(N, g.cols);
   int64_t tasks = cdiv(M, g.rows) * g.col_tasks;
   g.bfloats = g.kc * round_up(min64(g.cols, NC), g.kn->nr);

@@ -25,6 +25,9 @@ typedef struct rg_gemm_kernel {
      matrix: dst[p * w + r] = a[r * lda + p] for p < kc, zero for rows r >= h; the strips
      of A from op(A) = A and of B from op(B) = B's transpose. NULL: gemm.c's loops. */
   void (*pack_rows)(const float *a, int64_t lda, int h, int w, int64_t kc, float *dst);
+  /* The same strip from h <= w adjacent columns: dst[p * w + c] = a[p * lda + c], zero
+     for c >= h. NULL: gemm.c's loops. */
+  void (*pack_cols)(const float *a, int64_t lda, int h, int w, int64_t kc, float *dst);
 } rg_gemm_kernel;
 
 /* The process's kernel: the one of rg_cpu_vec()'s instruction set. */

@@ -60,7 +60,7 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5)
 }
 
-static const rg_gemm_kernel kernel = {"avx2", MR, NR, tile, pack_rows};
+static const rg_gemm_kernel kernel = {"avx2", MR, NR, tile, pack_rows, pack_cols};
 
 const rg_gemm_kernel *rg_gemm_avx2(void) { return &kernel; }
 #else

@@ -58,7 +58,7 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7) OUT(8) OUT(9) OUT(10) OUT(11)
 }
 
-static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile, pack_rows};
+static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile, pack_rows, pack_cols};
 
 const rg_gemm_kernel *rg_gemm_avx512(void) { return &kernel; }
 #else

@@ -1,7 +1,8 @@
 /*
- * gemm_x86.h - what the x86-64 GEMM kernels share: packing w rows of a row-major matrix
- * into a k-major strip (an A strip from op(A) = A, a B strip from op(B) = B's transpose)
- * through 8 x 8 transposes in AVX registers. The includer defines TARGET (its function
+ * gemm_x86.h - what the x86-64 GEMM kernels share: packing a k-major strip of width w
+ * from w rows of a row-major matrix (an A strip from op(A) = A, a B strip from op(B) =
+ * B's transpose) through 8 x 8 transposes in AVX registers, or from w adjacent columns
+ * (op(A) = A's transpose, op(B) = B) by masked 8-float copies. The includer defines TARGET (its function
  * target attribute, which must include AVX) and includes <immintrin.h> first.
  */
 #ifndef RG_CPU_GEMM_X86_H
@@ -47,6 +48,20 @@ TARGET static inline void store_first(float *p, __m256 v, int n) {
     n -= 2;
   }
   if (n) _mm_store_ss(p, lo);
+}
+
+/* dst[p * w + c] = a[p * lda + c] for c < h (columns from h to w are zero), p < kc. */
+TARGET static void pack_cols(const float *a, int64_t lda, int h, int w, int64_t kc,
+                             float *dst) {
+  __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t p = 0; p < kc; p++, a += lda, dst += w)
+    for (int c = 0; c < w; c += 8) {
+      __m256 v = c + 8 <= h ? _mm256_loadu_ps(a + c)
+                            : _mm256_maskload_ps(a + c, _mm256_cmpgt_epi32(
+                                                            _mm256_set1_epi32(h - c), lane));
+      if (c + 8 <= w) _mm256_storeu_ps(dst + c, v);
+      else _mm256_maskstore_ps(dst + c, _mm256_cmpgt_epi32(_mm256_set1_epi32(w - c), lane), v);
+    }
 }
 
 /* dst[p * w + r] = a[r * lda + p] for r < h (rows from h to w are zero), p < kc. */
