@@ -223,15 +223,16 @@ bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
                 .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B,
                 .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
   int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
-  /* Tasks: about two a thread (the pool hands them to whichever thread is free), cut
-     across M into equal parts of at least 4 strips, and across N as well when M has too
-     few rows for that. Each task packs its own panels of A and B, so fewer, larger tasks
-     pack less. */
-  int64_t want = nt > 1 ? 2 * (int64_t)nt : 1, mr = g.kn->mr;
-  int64_t row_tasks = min64(want, M / (4 * mr));
-  if (row_tasks < 1) row_tasks = 1;
+  /* Tasks: about two a thread (the pool hands them to whichever thread is free), an
+     rt x ct grid over C. Each task packs its own panels, op(A)'s rows ct times over and
+     op(B)'s columns rt times over, so the grid is the one that packs least, M ct + N rt,
+     with at least 4 strips of rows a task. */
+  int64_t want = nt > 1 ? 2 * (int64_t)nt : 1, mr = g.kn->mr, row_tasks = 1;
+  for (int64_t rt = 2; rt <= want && M / rt >= 4 * mr; rt++)
+    if (want % rt == 0 && M * (want / rt) + N * rt < M * (want / row_tasks) + N * row_tasks)
+      row_tasks = rt;
   g.rows = round_up(cdiv(M, row_tasks), mr);
-  g.cols = round_up(cdiv(N, cdiv(want, row_tasks)), g.kn->nr);
+  g.cols = round_up(cdiv(N, want / row_tasks), g.kn->nr);
   g.col_tasks = cdiv(N, g.cols);
   int64_t tasks = cdiv(M, g.rows) * g.col_tasks;
   g.bfloats = g.kc * round_up(min64(g.cols, NC), g.kn->nr);

@@ -11,6 +11,8 @@
 
 #define MR 12
 #define NR 32
+/* How many k steps ahead the kernel asks for B's lines: the B strips stream from L2. */
+#define PF 4
 #define TARGET __attribute__((target("avx512f,avx2,fma")))
 
 #include "gemm_x86.h"
@@ -44,6 +46,8 @@ TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, 
   ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5) ACC(6) ACC(7) ACC(8) ACC(9) ACC(10) ACC(11)
   for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
     __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+    _mm_prefetch((const char *)(bp + PF * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(bp + PF * NR + 16), _MM_HINT_T0);
     STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
     STEP(6) STEP(7) STEP(8) STEP(9) STEP(10) STEP(11)
   }
