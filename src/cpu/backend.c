@@ -187,7 +187,7 @@ static rg_status run_widened(rg_cpu_fn fn, rg_kargs *k) {
   rg_tv *tv[N], saved[N];
   bool out[N];
   int n = 0, nt = nthreads(k);
-  size_t need = 0;
+  size_t need = 16; /* one spare block, so the block exists even when every copy is empty */
   for (int j = 0; j < N; j++) {
     rg_tv *v = j < RG_MAX_IN ? &k->in[j] : &k->out[j - RG_MAX_IN];
     if (v->p && v->dtype == RG_BF16) need += wide_len(v->n);

@@ -44,12 +44,14 @@ static void norm_fwd_range(void *a, int64_t lo, int64_t hi, int slot) {
   int64_t C = j->C;
   (void)slot;
   for (int64_t r = lo; r < hi; r++) {
-    const float *x = j->x + r * C;
+    const float *x;
     if (j->s) { /* add+layernorm: s = a + b first, the float add of ADD */
       float *s = j->s + r * C;
       const float *pa = j->a + r * C, *pb = j->b + r * C;
       for (int64_t c = 0; c < C; c++) s[c] = pa[c] + pb[c];
       x = s;
+    } else {
+      x = j->x + r * C;
     }
     norm_stats st = row_stats(j->v, x, C, j->eps, j->centre);
     j->v->norm(x, st.mu, st.rstd, j->gamma, j->beta, j->y + r * C, C);
