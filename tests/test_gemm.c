@@ -3,7 +3,8 @@
  * one) and rg_cpu_gemm_builtin, against a naive double-precision loop.
  *
  * C[M,N] = op(A) op(B) (+ C), row-major with leading dimensions. Every case runs all four
- * transpose combinations with accumulate off and on, over odd sizes (1x1x1, 17x33x65,
+ * transpose combinations with accumulate, a bias and row sums of op(A) each off and on
+ * (row sums bit for bit SUM_TO_ACC's), over odd sizes (1x1x1, 17x33x65,
  * 128x64x96, and sizes past the built-in GEMM's blocks: K over 256, M over 96, N over
  * 1024), with leading dimensions equal to and larger than the row length.
  * Padding between rows holds NaN in A and B (reading it would poison a result) and a
@@ -27,9 +28,7 @@
 
 #define SENTINEL 12345.678f
 
-typedef bool (*gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-                        int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                        const float *bias, int accumulate, int threads);
+typedef bool (*gemm_fn)(const rg_cpu_gemm_args *g, int threads);
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static float frand(void) {
@@ -67,12 +66,21 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
   float *A = make(ar, ac, lda, NAN), *B = make(br, bc, ldb, NAN);
   float *C = make(M, N, ldc, SENTINEL);
   float *C0 = malloc((size_t)(M * ldc + 1) * sizeof(float));
-  float *bias = acc & 2 ? make(1, N, N, NAN) : NULL; /* acc: bit 0 accumulate, bit 1 bias */
+  /* acc: bit 0 accumulate, bit 1 bias, bit 2 row sums */
+  float *bias = acc & 2 ? make(1, N, N, NAN) : NULL;
+  float *rowsum = acc & 4 ? make(1, M, M + 1, SENTINEL) : NULL, *rowsum0 = NULL;
+  if (rowsum) {
+    rowsum0 = malloc((size_t)(M + 1) * sizeof(float));
+    memcpy(rowsum0, rowsum, (size_t)(M + 1) * sizeof(float));
+  }
   if (!(acc & 1))
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = NAN; /* must not be read */
   memcpy(C0, C, (size_t)(M * ldc + 1) * sizeof(float));
-  CHECK(f(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias, acc & 1, threads),
+  rg_cpu_gemm_args g = {.ta = ta, .tb = tb, .accumulate = acc & 1, .M = M, .N = N, .K = K,
+                        .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C,
+                        .bias = bias, .rowsum = rowsum};
+  CHECK(f(&g, threads),
         "%s %lldx%lldx%lld: reported no memory for its buffers", name, (long long)M,
         (long long)N, (long long)K);
   double worst = 0, tol = 2e-7 * (double)(K + 2);
@@ -115,6 +123,20 @@ static double run_case(gemm_fn f, const char *name, int ta, int tb, int64_t M, i
         (long long)N, (long long)K, (long long)pad, acc, threads, (long long)wi, (long long)wj,
         wgot, wwant, worst, tol);
   if (worst > worst_seen) worst_seen = worst;
+  if (rowsum) { /* bit for bit the sums of SUM_TO_ACC: a double in k order, rounded once */
+    int64_t bad = -1;
+    for (int64_t i = 0; i < M && bad < 0; i++) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; k++) sum += (float)at(A, ta, lda, i, k);
+      float want = K > 0 ? rowsum0[i] + (float)sum : rowsum0[i];
+      if (memcmp(&want, &rowsum[i], sizeof want)) bad = i;
+    }
+    CHECK(bad < 0 && rowsum[M] == SENTINEL, "%s ta=%d tb=%d %lldx%lldx%lld threads %d: row "
+          "sum %lld is not SUM_TO_ACC's (or one past the end was written)", name, ta, tb,
+          (long long)M, (long long)N, (long long)K, threads, (long long)bad);
+    free(rowsum);
+    free(rowsum0);
+  }
   free(A);
   free(B);
   free(C0);
@@ -142,7 +164,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
       for (int ta = 0; ta <= 1; ta++)
         for (int tb = 0; tb <= 1; tb++)
-          for (int acc = 0; acc <= 3; acc++)
+          for (int acc = 0; acc <= 7; acc++)
             for (int64_t pad = 0; pad <= 5; pad += 5)
               run_case(fns[fi], names[fi], ta, tb, sizes[s][0], sizes[s][1], sizes[s][2], pad,
                        acc, 2, NULL);
@@ -159,7 +181,7 @@ int main(void) {
   for (size_t s = 0; s < sizeof big / sizeof big[0]; s++)
     for (int ta = 0; ta <= 1; ta++)
       for (int tb = 0; tb <= 1; tb++)
-        for (int acc = 0; acc <= 3; acc++) {
+        for (int acc = 0; acc <= 7; acc++) {
           int64_t M = big[s][0], N = big[s][1], K = big[s][2], ldc = N + 3;
           float *c[3] = {0};
           for (int t = 0; t < 3; t++) {
@@ -179,11 +201,23 @@ int main(void) {
 
   /* M or N zero: nothing is touched. */
   float C[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL}, A[4] = {1, 2, 3, 4};
-  rg_cpu_gemm_builtin(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, A, 0, 2);
-  rg_cpu_gemm_builtin(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, A, 0, 2);
-  rg_cpu_gemm(0, 0, 0, 2, 2, A, 2, A, 2, C, 2, NULL, 0, 2);
-  rg_cpu_gemm(0, 0, 2, 0, 2, A, 2, A, 2, C, 2, NULL, 0, 2);
+  for (int fi = 0; fi < 2; fi++) {
+    rg_cpu_gemm_args e = {.M = 0, .N = 2, .K = 2, .lda = 2, .ldb = 2, .ldc = 2, .A = A, .B = A,
+                          .C = C, .bias = fi ? A : NULL};
+    fns[fi](&e, 2);
+    e.M = 2, e.N = 0;
+    fns[fi](&e, 2);
+  }
   CHECK(C[0] == SENTINEL && C[3] == SENTINEL, "an empty GEMM wrote into C");
+  /* No columns of C, but row sums still wanted (a layer with no inputs has a bias). */
+  for (int fi = 0; fi < 2; fi++) {
+    float r[2] = {1, 2};
+    rg_cpu_gemm_args e = {.M = 2, .N = 0, .K = 2, .lda = 2, .ldb = 2, .ldc = 2, .A = A,
+                          .B = A, .C = C, .rowsum = r};
+    fns[fi](&e, 2);
+    CHECK(r[0] == 4 && r[1] == 9, "%s with N = 0: row sums %g %g, want 4 9", names[fi], r[0],
+          r[1]);
+  }
   rg_cpu_pool_use(NULL);
   rg_cpu_pool_free(pool);
   return finish();

@@ -38,18 +38,28 @@ void rg_cpu_bcast_strides(const rg_tv *x, const rg_tv *out, int skip, int64_t st
 int64_t rg_cpu_bcast_offset(const rg_tv *out, int skip, const int64_t st[RG_MAX_DIMS],
                             int64_t r);
 
-/* C[M,N] = op(A) op(B) (+ C if accumulate) (+ bias[j] in every row, bias NULL: none),
-   row-major with leading dimensions: the
-   built-in GEMM (gemm.c) where it has a vector kernel for this CPU, else BLAS sgemm when
-   the build found one (matmul.c says why). false: out of host memory for the packing
-   buffers, C untouched. */
-bool rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                 const float *bias, int accumulate, int threads);
+/* One product C[M,N] = op(A) op(B) (+ C if accumulate) (+ bias[j] in every row), row-major
+   with leading dimensions; op(X) is X, or its transpose when tX. */
+typedef struct rg_cpu_gemm_args {
+  int ta, tb, accumulate;
+  int64_t M, N, K, lda, ldb, ldc;
+  const float *A, *B;
+  float *C;
+  const float *bias; /* N values, or NULL: none */
+  /* M values, or NULL: rowsum[i] += row i of op(A) summed, in k order in a double, then
+     rounded once; the sums of SUM_TO_ACC, bit for bit (a bias gradient, folded into the
+     packing of the weight gradient's op(A)). */
+  float *rowsum;
+} rg_cpu_gemm_args;
+
+/* The product: the built-in GEMM (gemm.c) where it has a vector kernel for this CPU, else
+   BLAS sgemm when the build found one (matmul.c says why). false: out of host memory for
+   the packing buffers, C and rowsum untouched. */
+bool rg_cpu_gemm(const rg_cpu_gemm_args *g, int threads);
 /* The built-in GEMM (gemm.c), always compiled (tests compare it with a naive loop). */
-bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                         const float *bias, int accumulate, int threads);
+bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *g, int threads);
+/* g->rowsum's sums by a plain loop (gemm.c), for products that do not pack op(A). */
+void rg_cpu_gemm_rowsum(const rg_cpu_gemm_args *g);
 
 /* The backend's meminfo (memory.c): the host memory this process may still take. */
 rg_status rg_cpu_meminfo(rg_ctx *ctx, size_t *available, size_t *total);

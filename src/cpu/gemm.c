@@ -12,6 +12,9 @@
  *    but the packing's access order.
  *  - The packed panels of each thread live in one buffer per call: on the stack when small
  *    and one thread runs, else from the heap (false when it cannot be had).
+ *  - Row sums of op(A) (rowsum) are taken from its packed panels by the tasks of the first
+ *    column of tasks, in their first column block: each row by one task, K block after K
+ *    block, so in k order whatever the thread count.
  */
 #include "cpu.h"
 #include "gemm.h"
@@ -84,8 +87,8 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
 
 const rg_gemm_kernel rg_gemm_portable = {"portable", PMR, PNR, portable_tile, NULL, NULL};
 
-_Static_assert(MC % 12 == 0 && MC % PMR == 0 && NC % 32 == 0 && NC % PNR == 0,
-               "the blocks hold whole tiles of every kernel");
+_Static_assert(MC % 12 == 0 && MC % PMR == 0 && NC % 32 == 0 && NC % PNR == 0 && PMR <= 16,
+               "the blocks hold whole tiles of every kernel, of at most 16 rows");
 
 const rg_gemm_kernel *rg_gemm_kernel_get(void) {
   static _Atomic(const rg_gemm_kernel *) chosen;
@@ -107,6 +110,7 @@ typedef struct gemm_job {
   const float *A, *B;
   float *C;
   const float *bias;  /* a row added at the first K block (not with accumulate) */
+  double *sums;       /* M row sums of op(A) being taken, or NULL */
   int64_t kc;         /* the K block (invariants) */
   int64_t rows, cols; /* a task's block of C */
   int64_t col_tasks;  /* tasks across N */
@@ -170,10 +174,35 @@ static void pack_b(const gemm_job *g, int64_t p0, int64_t kc, int64_t j0, int64_
 
 /* ---- the blocks of one task, and the tasks --------------------------------------------------- */
 
+/* t[r] += a strip's row r, in k order; with mr a constant each sum stays in a register. */
+static inline void strip_sums(const float *a, int mr, int64_t kc, double *t) {
+  for (int64_t p = 0; p < kc; p++)
+    for (int r = 0; r < mr; r++) t[r] += a[p * mr + r];
+}
+
+/* sums[r] += row r of a packed panel of mc rows, in k order (rows past mc are zero in the
+   last strip). */
+static void add_row_sums(const float *ap, int64_t mc, int mr, int64_t kc, double *sums) {
+  for (int64_t s = 0; s < mc; s += mr) {
+    double t[16];
+    int h = (int)min64(mr, mc - s);
+    for (int r = 0; r < mr; r++) t[r] = r < h ? sums[s + r] : 0;
+    const float *a = ap + s * kc;
+    switch (mr) { /* every kernel's (gemm.h) */
+    case 12: strip_sums(a, 12, kc, t); break;
+    case 6: strip_sums(a, 6, kc, t); break;
+    case 4: strip_sums(a, 4, kc, t); break;
+    default: strip_sums(a, mr, kc, t);
+    }
+    for (int r = 0; r < h; r++) sums[s + r] = t[r];
+  }
+}
+
 static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                       float *bp, float *ap) {
   const rg_gemm_kernel *kn = g->kn;
   for (int64_t jc = c0; jc < c1; jc += NC) {
+    bool sum = g->sums && jc == 0; /* the row sums' one pass over op(A) (invariants) */
     int64_t nc = min64(NC, c1 - jc);
     for (int64_t pc = 0; pc < g->K; pc += g->kc) {
       int64_t kb = min64(g->kc, g->K - pc);
@@ -182,6 +211,7 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
       for (int64_t ic = r0; ic < r1; ic += MC) {
         int64_t mc = min64(MC, r1 - ic);
         pack_a(g, ic, mc, pc, kb, ap);
+        if (sum) add_row_sums(ap, mc, kn->mr, kb, g->sums + ic);
         for (int64_t ir = 0; ir < mc; ir += kn->mr)
           for (int64_t jr = 0; jr < nc; jr += kn->nr)
             kn->tile(kb, ap + ir * kb, bp + jr * kb, g->C + (ic + ir) * g->ldc + jc + jr,
@@ -204,10 +234,24 @@ static void tasks_range(void *arg, int64_t lo, int64_t hi, int slot) {
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-                         int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                         const float *bias, int accumulate, int threads) {
-  if (M <= 0 || N <= 0) return true;
+void rg_cpu_gemm_rowsum(const rg_cpu_gemm_args *a) {
+  if (a->K <= 0) return; /* sums of nothing leave rowsum as it is, as SUM_TO_ACC does */
+  for (int64_t i = 0; i < a->M; i++) {
+    double sum = 0;
+    for (int64_t p = 0; p < a->K; p++) sum += a->ta ? a->A[p * a->lda + i] : a->A[i * a->lda + p];
+    a->rowsum[i] += (float)sum;
+  }
+}
+
+bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *a, int threads) {
+  int64_t M = a->M, N = a->N, K = a->K, ldc = a->ldc;
+  float *C = a->C;
+  const float *bias = a->bias;
+  int accumulate = a->accumulate;
+  if (M <= 0 || N <= 0) { /* no C: any row sums by the plain loop */
+    if (a->rowsum) rg_cpu_gemm_rowsum(a);
+    return true;
+  }
   if (bias && (accumulate || K <= 0)) { /* C (+)= bias first, then the product onto it */
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.f) + bias[j];
@@ -219,9 +263,9 @@ bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
       for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
     return true;
   }
-  gemm_job g = {.kn = rg_gemm_kernel_get(), .ta = ta, .tb = tb, .accumulate = accumulate,
-                .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B,
-                .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
+  gemm_job g = {.kn = rg_gemm_kernel_get(), .ta = a->ta, .tb = a->tb, .accumulate = accumulate,
+                .M = M, .N = N, .K = K, .lda = a->lda, .ldb = a->ldb, .ldc = ldc, .A = a->A,
+                .B = a->B, .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
   int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
   /* Tasks: about two a thread (the pool hands them to whichever thread is free), an
      rt x ct grid over C. Each task packs its own panels, op(A)'s rows ct times over and
@@ -241,8 +285,17 @@ bool rg_cpu_gemm_builtin(int ta, int tb, int64_t M, int64_t N, int64_t K, const 
   float stack[STACK_FLOATS];
   bool heap = nt > 1 || g.per_slot > STACK_FLOATS;
   g.work = heap ? malloc((size_t)(nt * g.per_slot) * sizeof(float)) : stack;
-  if (!g.work) return false;
+  g.sums = a->rowsum ? calloc((size_t)M, sizeof(double)) : NULL;
+  if (!g.work || (a->rowsum && !g.sums)) {
+    if (heap) free(g.work);
+    free(g.sums);
+    return false;
+  }
   rg_cpu_for(tasks, nt, tasks_range, &g);
   if (heap) free(g.work);
+  if (g.sums) {
+    for (int64_t i = 0; i < M; i++) a->rowsum[i] += (float)g.sums[i];
+    free(g.sums);
+  }
   return true;
 }

@@ -28,14 +28,6 @@
 #include <cblas.h>
 #endif
 
-/* One product's arguments, as rg_cpu_gemm takes them. */
-typedef struct gemm_args {
-  int ta, tb, accumulate;
-  int64_t M, N, K, lda, ldb, ldc;
-  const float *A, *B;
-  float *C;
-} gemm_args;
-
 #ifdef RG_HAVE_CBLAS
 /* Below this many multiply-adds a BLAS product runs on the calling thread only. */
 #define GEMM_PAR_MIN (1 << 18)
@@ -60,13 +52,13 @@ static void blas_call(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
 
 /* Blocks [lo, hi) of a product cut by rg_cpu_gemm. */
 typedef struct {
-  gemm_args g;
+  rg_cpu_gemm_args g;
   bool rows;
   int64_t dim, bs;
 } blas_job;
 static void blas_range(void *a, int64_t lo, int64_t hi, int slot) {
   const blas_job *j = a;
-  const gemm_args *g = &j->g;
+  const rg_cpu_gemm_args *g = &j->g;
   (void)slot;
   for (int64_t b = lo; b < hi; b++) {
     int64_t o = b * j->bs, n = min64(j->dim, o + j->bs) - o;
@@ -79,16 +71,14 @@ static void blas_range(void *a, int64_t lo, int64_t hi, int slot) {
   }
 }
 
-static void blas_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                      int accumulate, int threads) {
-  bool rows = M >= N;
-  int64_t dim = rows ? M : N;
+static void blas_gemm(const rg_cpu_gemm_args *g, int threads) {
+  bool rows = g->M >= g->N;
+  int64_t dim = rows ? g->M : g->N;
   int64_t bs = (dim + BLAS_BLOCKS - 1) / BLAS_BLOCKS;
   bs = bs < BLAS_BLOCK ? BLAS_BLOCK : bs;
-  int64_t nb = M * N * K >= GEMM_PAR_MIN ? (dim + bs - 1) / bs : 1;
+  int64_t nb = g->M * g->N * g->K >= GEMM_PAR_MIN ? (dim + bs - 1) / bs : 1;
   if (nb == 1) bs = dim;
-  blas_job j = {{ta, tb, accumulate, M, N, K, lda, ldb, ldc, A, B, C}, rows, dim, bs};
+  blas_job j = {*g, rows, dim, bs};
   rg_cpu_for(nb, threads, blas_range, &j);
 }
 
@@ -108,23 +98,22 @@ static bool use_blas(void) {
 }
 #endif
 
-bool rg_cpu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float *C, int64_t ldc, const float *bias,
-                 int accumulate, int threads) {
+bool rg_cpu_gemm(const rg_cpu_gemm_args *g, int threads) {
 #ifdef RG_HAVE_CBLAS
-  if (M > 0 && N > 0 && K > 0 && use_blas()) { /* BLAS rejects a zero leading dimension */
-    if (bias) { /* C (+)= bias, then the product onto it */
-      for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++)
-          C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.f) + bias[j];
-      accumulate = 1;
+  if (g->M > 0 && g->N > 0 && g->K > 0 && use_blas()) { /* BLAS rejects a zero leading dimension */
+    rg_cpu_gemm_args b = *g;
+    if (b.bias) { /* C (+)= bias, then the product onto it */
+      for (int64_t i = 0; i < b.M; i++)
+        for (int64_t j = 0; j < b.N; j++)
+          b.C[i * b.ldc + j] = (b.accumulate ? b.C[i * b.ldc + j] : 0.f) + b.bias[j];
+      b.accumulate = 1;
     }
-    blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, threads);
+    blas_gemm(&b, threads);
+    if (b.rowsum) rg_cpu_gemm_rowsum(&b);
     return true;
   }
 #endif
-  return rg_cpu_gemm_builtin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias, accumulate,
-                             threads);
+  return rg_cpu_gemm_builtin(g, threads);
 }
 
 /* ---- matmul ---------------------------------------------------------------------------- */
@@ -137,7 +126,7 @@ static rg_status gemm_oom(rg_kargs *k) {
 
 /* Products [lo, hi) of a batched matmul, each split over `inner` threads. */
 typedef struct {
-  gemm_args g; /* A, B and C of the first product */
+  rg_cpu_gemm_args g; /* A, B and C of the first product */
   const rg_tv *o;
   const int64_t *sa, *sb;
   int inner;
@@ -145,14 +134,14 @@ typedef struct {
 } batch_job;
 static void batch_range(void *a, int64_t lo, int64_t hi, int slot) {
   batch_job *j = a;
-  const gemm_args *g = &j->g;
   (void)slot;
-  for (int64_t bi = lo; bi < hi; bi++)
-    if (!rg_cpu_gemm(g->ta, g->tb, g->M, g->N, g->K,
-                     g->A + rg_cpu_bcast_offset(j->o, 2, j->sa, bi), g->lda,
-                     g->B + rg_cpu_bcast_offset(j->o, 2, j->sb, bi), g->ldb,
-                     g->C + bi * g->M * g->N, g->N, NULL, 0, j->inner))
-      atomic_store(&j->oom, true);
+  for (int64_t bi = lo; bi < hi; bi++) {
+    rg_cpu_gemm_args g = j->g;
+    g.A += rg_cpu_bcast_offset(j->o, 2, j->sa, bi);
+    g.B += rg_cpu_bcast_offset(j->o, 2, j->sb, bi);
+    g.C += bi * g.M * g.N;
+    if (!rg_cpu_gemm(&g, j->inner)) atomic_store(&j->oom, true);
+  }
 }
 
 rg_status rg_cpu_matmul(rg_kargs *k) {
@@ -160,18 +149,16 @@ rg_status rg_cpu_matmul(rg_kargs *k) {
   int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0, nd = o->ndim;
   int64_t M = o->dims[nd - 2], N = o->dims[nd - 1];
   int64_t K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
-  int64_t lda = ta ? M : K, ldb = tb ? K : N;
   int64_t nbatch = (M > 0 && N > 0) ? o->n / (M * N) : 0;
   int64_t sa[RG_MAX_DIMS], sb[RG_MAX_DIMS];
   rg_cpu_bcast_strides(a, o, 2, sa);
   rg_cpu_bcast_strides(b, o, 2, sb);
-  const float *pa = a->p, *pb = b->p;
-  float *po = o->p;
   int nt = nthreads(k);
   /* Many independent products: one per thread beats splitting each one. */
   bool by_batch = nt > 1 && nbatch >= nt;
-  batch_job j = {{ta, tb, 0, M, N, K, lda, ldb, N, pa, pb, po}, o, sa, sb, by_batch ? 1 : nt,
-                 false};
+  batch_job j = {{.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = ta ? M : K,
+                  .ldb = tb ? K : N, .ldc = N, .A = a->p, .B = b->p, .C = o->p},
+                 o, sa, sb, by_batch ? 1 : nt, false};
   rg_cpu_for(nbatch, by_batch ? nt : 1, batch_range, &j);
   return atomic_load(&j.oom) ? gemm_oom(k) : RG_OK;
 }
@@ -180,11 +167,14 @@ rg_status rg_cpu_matmul_acc(rg_kargs *k) {
   const rg_tv *d = &k->in[0], *a = &k->in[1], *b = &k->in[2];
   int ta = k->node->i[0] != 0, tb = k->node->i[1] != 0;
   int64_t M = d->dims[0], N = d->dims[1], K = ta ? a->dims[0] : a->dims[1];
-  if (!rg_cpu_gemm(ta, tb, M, N, K, a->p, ta ? M : K, b->p, tb ? K : N, d->p, N, NULL, 1,
-                   nthreads(k)))
-    return gemm_oom(k);
-  if (!k->in[3].p) return RG_OK;
-  rg_kargs s = *k; /* the bias gradient (ops.h): SUM_TO_ACC's arguments */
+  /* The bias gradient (ops.h) sums in[1] over its rows, which op(in[1]) has as columns
+     (i[0] = 1): the GEMM takes those sums as it packs them. */
+  rg_cpu_gemm_args g = {.ta = ta, .tb = tb, .accumulate = 1, .M = M, .N = N, .K = K,
+                        .lda = ta ? M : K, .ldb = tb ? K : N, .ldc = N, .A = a->p, .B = b->p,
+                        .C = d->p, .rowsum = ta ? k->in[3].p : NULL};
+  if (!rg_cpu_gemm(&g, nthreads(k))) return gemm_oom(k);
+  if (!k->in[3].p || ta) return RG_OK;
+  rg_kargs s = *k; /* SUM_TO_ACC's arguments */
   s.in[0] = k->in[3];
   return rg_cpu_sum_to_acc(&s);
 }
@@ -197,9 +187,9 @@ rg_status rg_cpu_linear(rg_kargs *k) {
   int64_t R = O ? k->out[0].n / O : 0; /* from y: x may be empty (I == 0) */
   float *y = k->out[0].p;
   /* an empty product (I == 0) is zero: y is the bias, or zero */
-  if (!rg_cpu_gemm(0, 1, R, O, I, x->p, I, w->p, I, y, O, bias->p, 0, nthreads(k)))
-    return gemm_oom(k);
-  return RG_OK;
+  rg_cpu_gemm_args g = {.tb = 1, .M = R, .N = O, .K = I, .lda = I, .ldb = I, .ldc = O,
+                        .A = x->p, .B = w->p, .C = y, .bias = bias->p};
+  return rg_cpu_gemm(&g, nthreads(k)) ? RG_OK : gemm_oom(k);
 }
 
 rg_status rg_cpu_matmul_dgelu(rg_kargs *k) {
