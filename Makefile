@@ -26,7 +26,10 @@ VALGRIND ?= valgrind
 # Tests that cannot run under valgrind: test_cuda needs a GPU; test_crash measures how a
 # killed process leaves its checkpoint, against a clock valgrind slows 50-fold;
 # installed_runs is a shell command (valgrind would check the shell, not resgrad).
-MEMCHECK_EXCLUDE ?= ^(test_cuda|test_crash|installed_runs)$$
+# The *_avx2 reruns would repeat their plain runs: valgrind has no AVX-512, so under it the
+# default table is AVX2 already, and AVX2 code runs several times slower than the portable
+# table under valgrind (test_nn: minutes).
+MEMCHECK_EXCLUDE ?= ^(test_cuda|test_crash|installed_runs|test_(ops|nn|gemm)_avx2)$$
 FUZZ_CC    ?= clang
 TSAN_CC    ?= clang
 FUZZ_SECONDS ?= 60
