@@ -49,8 +49,8 @@
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 #define PMR 6
 #define PNR (2 * VW)
-static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                          int m, int n, int add, const float *bias) {
+static void portable_tile(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp,
+                          float *c, int64_t ldc, int m, int n, int add, const float *bias) {
   vf acc[PMR][2];
   memset(acc, 0, sizeof acc);
   for (int64_t p = 0; p < kc; p++) {
@@ -59,7 +59,7 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
     memcpy(&b1, bp + p * PNR + VW, sizeof b1);
 #pragma GCC unroll 8
     for (int i = 0; i < PMR; i++) {
-      float a = ap[p * PMR + i];
+      float a = ap[p * ks + i * rs];
       acc[i][0] += b0 * a;
       acc[i][1] += b1 * a;
     }
@@ -73,12 +73,12 @@ static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c
 #else
 #define PMR 4
 #define PNR 8
-static void portable_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                          int m, int n, int add, const float *bias) {
+static void portable_tile(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp,
+                          float *c, int64_t ldc, int m, int n, int add, const float *bias) {
   float acc[PMR][PNR] = {{0}};
   for (int64_t p = 0; p < kc; p++)
     for (int i = 0; i < PMR; i++)
-      for (int j = 0; j < PNR; j++) acc[i][j] += ap[p * PMR + i] * bp[p * PNR + j];
+      for (int j = 0; j < PNR; j++) acc[i][j] += ap[p * ks + i * rs] * bp[p * PNR + j];
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++)
       c[i * ldc + j] = (add ? c[i * ldc + j] : bias ? bias[j] : 0.f) + acc[i][j];
@@ -210,13 +210,23 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
       pack_b(g, pc, kb, jc, nc, bp);
       for (int64_t ic = r0; ic < r1; ic += MC) {
         int64_t mc = min64(MC, r1 - ic);
-        pack_a(g, ic, mc, pc, kb, ap);
+        /* Whole strips of an op(A) = A are read where they stand (its rows are runs in
+           memory, and a strip stays in L1 while the kernel sweeps B), unless their sums
+           are wanted; the rest is packed. A transposed strip, MR floats of each of kc
+           rows, is packed: read in place it was slower. */
+        int64_t held = sum || g->ta ? 0 : mc / kn->mr * kn->mr;
+        if (held < mc) pack_a(g, ic + held, mc - held, pc, kb, ap);
         if (sum) add_row_sums(ap, mc, kn->mr, kb, g->sums + ic);
-        for (int64_t ir = 0; ir < mc; ir += kn->mr)
+        for (int64_t ir = 0; ir < mc; ir += kn->mr) {
+          int64_t i = ic + ir;
+          const float *a = ap + (ir - held) * kb;
+          int64_t rs = 1, ks = kn->mr;
+          if (ir < held) a = g->A + i * g->lda + pc, rs = g->lda, ks = 1;
           for (int64_t jr = 0; jr < nc; jr += kn->nr)
-            kn->tile(kb, ap + ir * kb, bp + jr * kb, g->C + (ic + ir) * g->ldc + jc + jr,
-                     g->ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add,
+            kn->tile(kb, a, rs, ks, bp + jr * kb, g->C + i * g->ldc + jc + jr, g->ldc,
+                     (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add,
                      g->bias ? g->bias + jc + jr : NULL);
+        }
       }
     }
   }

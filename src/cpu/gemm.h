@@ -4,7 +4,9 @@
  * forces both.
  *
  * A kernel computes one MR x NR tile of C from packed panels (gemm.c):
- *   ap: MR rows of op(A), k-major (ap[p * MR + r]), rows past the tile's end zero;
+ *   ap: MR rows of op(A), element (r, p) at ap[r * rs + p * ks]: a packed strip (rs 1,
+ *       ks MR; rows past the tile's end zero) or op(A) where it stands (all MR rows
+ *       real);
  *   bp: NR columns of op(B), k-major (bp[p * NR + c]), columns past the end zero;
  * and writes the tile's first m rows and n columns to C (row-major, leading dimension
  * ldc): added to C's values when add, else plus bias[j] (bias NULL: nothing). Each element is summed in p order from zero
@@ -19,8 +21,8 @@
 typedef struct rg_gemm_kernel {
   const char *name; /* the instruction set's, as vec.h's table names it */
   int mr, nr;
-  void (*tile)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int m,
-               int n, int add, const float *bias);
+  void (*tile)(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp, float *c,
+               int64_t ldc, int m, int n, int add, const float *bias);
   /* Packs a strip of width w (mr for A, nr for B) from h <= w rows of a row-major
      matrix: dst[p * w + r] = a[r * lda + p] for p < kc, zero for rows r >= h; the strips
      of A from op(A) = A and of B from op(B) = B's transpose. NULL: gemm.c's loops. */

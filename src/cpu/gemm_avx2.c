@@ -18,7 +18,7 @@
 #define ACC(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
 #define STEP(i)                                                                            \
   {                                                                                        \
-    __m256 a = _mm256_broadcast_ss(ap + i);                                                \
+    __m256 a = _mm256_broadcast_ss(ap + i * rs);                                           \
     c##i##_0 = _mm256_fmadd_ps(a, b0, c##i##_0);                                           \
     c##i##_1 = _mm256_fmadd_ps(a, b1, c##i##_1);                                           \
   }
@@ -44,10 +44,10 @@ TARGET static inline void row_out(float *r, __m256 v0, __m256 v1, __m256i k0, __
   _mm256_maskstore_ps(r + 8, k1, v1);
 }
 
-TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                        int m, int n, int add, const float *bias) {
+TARGET static void tile(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp,
+                        float *c, int64_t ldc, int m, int n, int add, const float *bias) {
   ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5)
-  for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
+  for (int64_t p = 0; p < kc; p++, ap += ks, bp += NR) {
     __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
     STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
   }

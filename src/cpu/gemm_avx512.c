@@ -19,9 +19,11 @@
 
 /* Row i's two accumulators, the step that feeds them, and their store. */
 #define ACC(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-#define STEP(i)                                                                            \
+/* Row i of A is at a0, a4 or a8 (rows 0, 4, 8) plus 0, rs, 2 rs or rs3 = 3 rs: four rows
+   a base pointer, by the scaled index addressing of x86. */
+#define STEP(i, base, off)                                                                 \
   {                                                                                        \
-    __m512 a = _mm512_set1_ps(ap[i]);                                                      \
+    __m512 a = _mm512_set1_ps(base[off]);                                                  \
     c##i##_0 = _mm512_fmadd_ps(a, b0, c##i##_0);                                           \
     c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);                                           \
   }
@@ -41,15 +43,18 @@ TARGET static inline void row_out(float *r, __m512 v0, __m512 v1, __mmask16 k0, 
   _mm512_mask_storeu_ps(r + 16, k1, v1);
 }
 
-TARGET static void tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                        int m, int n, int add, const float *bias) {
+TARGET static void tile(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp,
+                        float *c, int64_t ldc, int m, int n, int add, const float *bias) {
   ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5) ACC(6) ACC(7) ACC(8) ACC(9) ACC(10) ACC(11)
-  for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
+  const float *a0 = ap, *a4 = ap + 4 * rs, *a8 = ap + 8 * rs;
+  int64_t rs3 = 3 * rs;
+  for (int64_t p = 0; p < kc; p++, a0 += ks, a4 += ks, a8 += ks, bp += NR) {
     __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
     _mm_prefetch((const char *)(bp + PF * NR), _MM_HINT_T0);
     _mm_prefetch((const char *)(bp + PF * NR + 16), _MM_HINT_T0);
-    STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
-    STEP(6) STEP(7) STEP(8) STEP(9) STEP(10) STEP(11)
+    STEP(0, a0, 0) STEP(1, a0, rs) STEP(2, a0, 2 * rs) STEP(3, a0, rs3)
+    STEP(4, a4, 0) STEP(5, a4, rs) STEP(6, a4, 2 * rs) STEP(7, a4, rs3)
+    STEP(8, a8, 0) STEP(9, a8, rs) STEP(10, a8, 2 * rs) STEP(11, a8, rs3)
   }
   /* the columns [0, n) of the tile's two vectors */
   __mmask16 k0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
