@@ -67,7 +67,26 @@ TARGET static void tile(int64_t kc, const float *ap, int64_t rs, int64_t ks, con
   OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7) OUT(8) OUT(9) OUT(10) OUT(11)
 }
 
-static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile, pack_rows, pack_cols};
+/* gemm_x86.h's pack_cols in 16-float masked moves (masked-off lanes are never read). */
+TARGET static void pack_cols16(const float *a, int64_t lda, int h, int w, int64_t kc,
+                               float *dst) {
+  if (w > 32) { /* wider than this file's strips (MR, NR): the AVX form */
+    pack_cols(a, lda, h, w, kc, dst);
+    return;
+  }
+  __mmask16 ld[2] = {0, 0}, st[2] = {0, 0}; /* lanes read (h) and written (w), a vector */
+  for (int g = 0; g * 16 < w; g++) {
+    int nl = h - g * 16, ns = w - g * 16;
+    ld[g] = nl >= 16 ? (__mmask16)0xFFFF : nl > 0 ? (__mmask16)((1u << nl) - 1) : 0;
+    st[g] = ns >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ns) - 1);
+  }
+  for (int64_t p = 0; p < kc; p++, a += lda, dst += w) {
+    _mm512_mask_storeu_ps(dst, st[0], _mm512_maskz_loadu_ps(ld[0], a));
+    if (w > 16) _mm512_mask_storeu_ps(dst + 16, st[1], _mm512_maskz_loadu_ps(ld[1], a + 16));
+  }
+}
+
+static const rg_gemm_kernel kernel = {"avx512", MR, NR, tile, pack_rows, pack_cols16};
 
 const rg_gemm_kernel *rg_gemm_avx512(void) { return &kernel; }
 #else
