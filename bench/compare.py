@@ -7,7 +7,8 @@ higher is better for resgrad). Every JSON line both programs print is kept in --
 
 usage: python3 bench/compare.py --torch-ref PATH [--bin build-gpu/workloads]
            [--device cuda|cpu] [--threads N] [--workloads mlp-small,gpt-char]
-           [--modes f32,tf32,bf16] [--steps 50] [--log FILE] [--tune] [--python PY]
+           [--modes f32,tf32,bf16] [--steps 50] [--rounds 1] [--log FILE] [--tune]
+           [--python PY]
 
 Workloads: the named ones, or any shape as both programs take it: mlp=784x256x256x10/b64
 (layer widths, then the batch) and gpt=96x128x4x256x4/b32 (vocabulary, block, layers,
@@ -21,8 +22,12 @@ eager-bf16 and compile-ro-bf16 (torch.autocast to bfloat16, TF32 for the rest).
 otherwise, both given --threads threads (RG_THREADS for resgrad, OMP_NUM_THREADS for
 PyTorch; default: every core).
 --python: the interpreter that has PyTorch (e.g. a virtual environment's bin/python).
+--rounds N: both programs N times, taking turns (resgrad, PyTorch, resgrad, ...), for a
+machine whose speed drifts (a shared virtual machine): each cell is then the median of the
+N runs' medians with their range, and the ratio the median of the N rounds' ratios, each
+from two runs made one after the other.
 """
-import argparse, json, os, subprocess, sys
+import argparse, json, os, statistics, subprocess, sys
 
 TORCH_MODES = {"f32": ["eager-fp32"], "tf32": ["eager-tf32", "compile-ro"],
                "bf16": ["eager-bf16", "compile-ro-bf16"]}
@@ -65,6 +70,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="CPU threads of both (--device cpu)")
     ap.add_argument("--python", default=sys.executable, help="the Python that has PyTorch")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of both, taking turns")
     a = ap.parse_args()
     cpu = a.device == "cpu"
     if a.modes is None:
@@ -76,29 +82,37 @@ def main():
                    CUDA_VISIBLE_DEVICES="")
         print("machine: %d cores, %s; threads %d; load %.2f %.2f %.2f" % (
             (os.cpu_count(), cpu_name(), a.threads) + os.getloadavg()), flush=True)
-    ours, theirs = {}, {}
+    ours, theirs = [], []  # per round: (work, mode) -> ms_median
+    plan = ["%s:%s" % (w, ",".join(t for m in modes for t in TORCH_MODES[m])) for w in works]
     with open(a.log, "w") as log:
-        for m in modes:
-            for r in run([a.bin, "--device", a.device, "--mode", m, "--steps", a.steps,
-                          "--warm", "10"] + ["--tune"] * a.tune + works, log, env):
-                ours[(r["work"], r["mode"])] = r
-        plan = ["%s:%s" % (w, ",".join(t for m in modes for t in TORCH_MODES[m])) for w in works]
-        for r in run([a.python, a.torch_ref] + plan, log, env):
-            if "work" in r and "ms_median" in r:
-                theirs[(r["work"], r["mode"])] = r
+        for _ in range(max(1, a.rounds)):
+            ours.append({})
+            for m in modes:
+                for r in run([a.bin, "--device", a.device, "--mode", m, "--steps", a.steps,
+                              "--warm", "10"] + ["--tune"] * a.tune + works, log, env):
+                    ours[-1][(r["work"], r["mode"])] = r["ms_median"]
+            theirs.append({})
+            for r in run([a.python, a.torch_ref] + plan, log, env):
+                if "work" in r and "ms_median" in r:
+                    theirs[-1][(r["work"], r["mode"])] = r["ms_median"]
+
+    def cell(runs, key):  # the median over rounds, and the range when there are several
+        v = [r[key] for r in runs if key in r]
+        if not v:
+            return "-"
+        return "%.3f" % statistics.median(v) + (
+            " (%.3f-%.3f)" % (min(v), max(v)) if len(v) > 1 else "")
+
     print("| workload | mode | resgrad ms | PyTorch mode | PyTorch ms | ratio |")
     print("|---|---|---|---|---|---|")
     for w in works:
         for m in modes:
-            o = ours.get((w, m))
             for t in TORCH_MODES[m]:
-                p = theirs.get((w, t))
-                if not o or not p:
-                    print("| %s | %s | %s | %s | %s | - |" % (w, m, o and o["ms_median"], t,
-                                                              p and p["ms_median"]))
-                    continue
-                print("| %s | %s | %.3f | %s | %.3f | %.2fx |" % (
-                    w, m, o["ms_median"], t, p["ms_median"], p["ms_median"] / o["ms_median"]))
+                ratios = [th[(w, t)] / ou[(w, m)] for ou, th in zip(ours, theirs)
+                          if (w, m) in ou and (w, t) in th]
+                ratio = "%.2fx" % statistics.median(ratios) if ratios else "-"
+                print("| %s | %s | %s | %s | %s | %s |" % (
+                    w, m, cell(ours, (w, m)), t, cell(theirs, (w, t)), ratio))
 
 
 if __name__ == "__main__":
