@@ -219,9 +219,9 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
         if (sum) add_row_sums(ap, mc, kn->mr, kb, g->sums + ic);
         for (int64_t ir = 0; ir < mc; ir += kn->mr) {
           int64_t i = ic + ir;
-          const float *a = ap + (ir - held) * kb;
-          int64_t rs = 1, ks = kn->mr;
-          if (ir < held) a = g->A + i * g->lda + pc, rs = g->lda, ks = 1;
+          bool in_place = ir < held;
+          const float *a = in_place ? g->A + i * g->lda + pc : ap + (ir - held) * kb;
+          int64_t rs = in_place ? g->lda : 1, ks = in_place ? 1 : kn->mr;
           for (int64_t jr = 0; jr < nc; jr += kn->nr)
             kn->tile(kb, a, rs, ks, bp + jr * kb, g->C + i * g->ldc + jc + jr, g->ldc,
                      (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add,
