@@ -270,8 +270,9 @@ void rg__trace_arena(rg_ctx *ctx, const rg_arena *a, const char *what, size_t by
 
 /* ---- open and close ---------------------------------------------------------------- */
 
-/* Every trace still open at exit (contexts never closed) gets its last flush; not in a
-   forked child, whose copies of its parent's traces are the parent's to write. */
+/* When the process ends, every trace still open (its context never closed) gets its last
+   flush; not in a forked child, whose copies of its parent's traces are the parent's to
+   write. */
 static void at_exit(void) {
   if (atomic_flag_test_and_set_explicit(&g_lock, memory_order_acquire)) return;
   for (rg_trace *t = g_open; t; t = t->next) {
