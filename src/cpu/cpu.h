@@ -60,6 +60,9 @@ bool rg_cpu_gemm(const rg_cpu_gemm_args *g, int threads);
 bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *g, int threads);
 /* g->rowsum's sums by a plain loop (gemm.c), for products that do not pack op(A). */
 void rg_cpu_gemm_rowsum(const rg_cpu_gemm_args *g);
+/* C (+)= the bias in every row, then no bias and accumulate: for a product that cannot
+   take the bias with its first K block (gemm.c). */
+void rg_cpu_gemm_bias_first(rg_cpu_gemm_args *g);
 
 /* The backend's meminfo (memory.c): the host memory this process may still take. */
 rg_status rg_cpu_meminfo(rg_ctx *ctx, size_t *available, size_t *total);

@@ -105,11 +105,7 @@ const rg_gemm_kernel *rg_gemm_kernel_get(void) {
 
 typedef struct gemm_job {
   const rg_gemm_kernel *kn;
-  int ta, tb, accumulate;
-  int64_t M, N, K, lda, ldb, ldc;
-  const float *A, *B;
-  float *C;
-  const float *bias;  /* a row added at the first K block (not with accumulate) */
+  rg_cpu_gemm_args a; /* its bias a row added at the first K block (not with accumulate) */
   double *sums;       /* M row sums of op(A) being taken, or NULL */
   int64_t kc;         /* the K block (invariants) */
   int64_t rows, cols; /* a task's block of C */
@@ -161,15 +157,15 @@ static void pack_panel(const rg_gemm_kernel *kn, const float *x, int64_t ld, boo
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row strips. */
 static void pack_a(const gemm_job *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                    float *ap) {
-  const float *x = g->ta ? g->A + p0 * g->lda + i0 : g->A + i0 * g->lda + p0;
-  pack_panel(g->kn, x, g->lda, g->ta, mc, g->kn->mr, kc, ap);
+  const float *x = g->a.ta ? g->a.A + p0 * g->a.lda + i0 : g->a.A + i0 * g->a.lda + p0;
+  pack_panel(g->kn, x, g->a.lda, g->a.ta, mc, g->kn->mr, kc, ap);
 }
 
 /* op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column strips. */
 static void pack_b(const gemm_job *g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float *bp) {
-  const float *x = g->tb ? g->B + j0 * g->ldb + p0 : g->B + p0 * g->ldb + j0;
-  pack_panel(g->kn, x, g->ldb, !g->tb, nc, g->kn->nr, kc, bp);
+  const float *x = g->a.tb ? g->a.B + j0 * g->a.ldb + p0 : g->a.B + p0 * g->a.ldb + j0;
+  pack_panel(g->kn, x, g->a.ldb, !g->a.tb, nc, g->kn->nr, kc, bp);
 }
 
 /* ---- the blocks of one task, and the tasks --------------------------------------------------- */
@@ -204,9 +200,9 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
   for (int64_t jc = c0; jc < c1; jc += NC) {
     bool sum = g->sums && jc == 0; /* the row sums' one pass over op(A) (invariants) */
     int64_t nc = min64(NC, c1 - jc);
-    for (int64_t pc = 0; pc < g->K; pc += g->kc) {
-      int64_t kb = min64(g->kc, g->K - pc);
-      int add = pc > 0 || g->accumulate;
+    for (int64_t pc = 0; pc < g->a.K; pc += g->kc) {
+      int64_t kb = min64(g->kc, g->a.K - pc);
+      int add = pc > 0 || g->a.accumulate;
       pack_b(g, pc, kb, jc, nc, bp);
       for (int64_t ic = r0; ic < r1; ic += MC) {
         int64_t mc = min64(MC, r1 - ic);
@@ -214,18 +210,18 @@ static void run_block(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
            memory, and a strip stays in L1 while the kernel sweeps B), unless their sums
            are wanted; the rest is packed. A transposed strip, MR floats of each of kc
            rows, is packed: read in place it was slower. */
-        int64_t held = sum || g->ta ? 0 : mc / kn->mr * kn->mr;
+        int64_t held = sum || g->a.ta ? 0 : mc / kn->mr * kn->mr;
         if (held < mc) pack_a(g, ic + held, mc - held, pc, kb, ap);
         if (sum) add_row_sums(ap, mc, kn->mr, kb, g->sums + ic);
         for (int64_t ir = 0; ir < mc; ir += kn->mr) {
           int64_t i = ic + ir;
           bool in_place = ir < held;
-          const float *a = in_place ? g->A + i * g->lda + pc : ap + (ir - held) * kb;
-          int64_t rs = in_place ? g->lda : 1, ks = in_place ? 1 : kn->mr;
+          const float *a = in_place ? g->a.A + i * g->a.lda + pc : ap + (ir - held) * kb;
+          int64_t rs = in_place ? g->a.lda : 1, ks = in_place ? 1 : kn->mr;
           for (int64_t jr = 0; jr < nc; jr += kn->nr)
-            kn->tile(kb, a, rs, ks, bp + jr * kb, g->C + i * g->ldc + jc + jr, g->ldc,
+            kn->tile(kb, a, rs, ks, bp + jr * kb, g->a.C + i * g->a.ldc + jc + jr, g->a.ldc,
                      (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), add,
-                     g->bias ? g->bias + jc + jr : NULL);
+                     g->a.bias ? g->a.bias + jc + jr : NULL);
         }
       }
     }
@@ -237,7 +233,7 @@ static void tasks_range(void *arg, int64_t lo, int64_t hi, int slot) {
   float *bp = g->work + slot * g->per_slot, *ap = bp + g->bfloats;
   for (int64_t t = lo; t < hi; t++) {
     int64_t r0 = (t / g->col_tasks) * g->rows, c0 = (t % g->col_tasks) * g->cols;
-    run_block(g, r0, min64(g->M, r0 + g->rows), c0, min64(g->N, c0 + g->cols), bp, ap);
+    run_block(g, r0, min64(g->a.M, r0 + g->rows), c0, min64(g->a.N, c0 + g->cols), bp, ap);
   }
 }
 
@@ -253,29 +249,29 @@ void rg_cpu_gemm_rowsum(const rg_cpu_gemm_args *a) {
   }
 }
 
-bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *a, int threads) {
-  int64_t M = a->M, N = a->N, K = a->K, ldc = a->ldc;
-  float *C = a->C;
-  const float *bias = a->bias;
-  int accumulate = a->accumulate;
+void rg_cpu_gemm_bias_first(rg_cpu_gemm_args *a) {
+  for (int64_t i = 0; i < a->M; i++)
+    for (int64_t j = 0; j < a->N; j++)
+      a->C[i * a->ldc + j] = (a->accumulate ? a->C[i * a->ldc + j] : 0.f) + a->bias[j];
+  a->bias = NULL;
+  a->accumulate = 1;
+}
+
+bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *args, int threads) {
+  gemm_job g = {.kn = rg_gemm_kernel_get(), .a = *args};
+  int64_t M = g.a.M, N = g.a.N, K = g.a.K;
   if (M <= 0 || N <= 0) { /* no C: any row sums by the plain loop */
-    if (a->rowsum) rg_cpu_gemm_rowsum(a);
+    if (g.a.rowsum) rg_cpu_gemm_rowsum(&g.a);
     return true;
   }
-  if (bias && (accumulate || K <= 0)) { /* C (+)= bias first, then the product onto it */
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.f) + bias[j];
-    bias = NULL;
-    accumulate = 1;
-  }
+  /* The bias goes in with the first K block, unless the product adds onto C or is empty */
+  if (g.a.bias && (g.a.accumulate || K <= 0)) rg_cpu_gemm_bias_first(&g.a);
   if (K <= 0) { /* the product is zero: C is zeroed, or left as it is when accumulating */
-    if (!accumulate)
-      for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+    if (!g.a.accumulate)
+      for (int64_t i = 0; i < M; i++) memset(g.a.C + i * g.a.ldc, 0, (size_t)N * sizeof(float));
     return true;
   }
-  gemm_job g = {.kn = rg_gemm_kernel_get(), .ta = a->ta, .tb = a->tb, .accumulate = accumulate,
-                .M = M, .N = N, .K = K, .lda = a->lda, .ldb = a->ldb, .ldc = ldc, .A = a->A,
-                .B = a->B, .C = C, .bias = bias, .kc = cdiv(K, cdiv(K, KC_MAX))};
+  g.kc = cdiv(K, cdiv(K, KC_MAX));
   int nt = M * N * K >= GEMM_PAR_MIN && threads > 1 ? threads : 1;
   /* Tasks: about two a thread (the pool hands them to whichever thread is free), an
      rt x ct grid over C. Each task packs its own panels, op(A)'s rows ct times over and
@@ -295,8 +291,8 @@ bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *a, int threads) {
   float stack[STACK_FLOATS];
   bool heap = nt > 1 || g.per_slot > STACK_FLOATS;
   g.work = heap ? malloc((size_t)(nt * g.per_slot) * sizeof(float)) : stack;
-  g.sums = a->rowsum ? calloc((size_t)M, sizeof(double)) : NULL;
-  if (!g.work || (a->rowsum && !g.sums)) {
+  g.sums = g.a.rowsum ? calloc((size_t)M, sizeof(double)) : NULL;
+  if (!g.work || (g.a.rowsum && !g.sums)) {
     if (heap) free(g.work);
     free(g.sums);
     return false;
@@ -304,7 +300,7 @@ bool rg_cpu_gemm_builtin(const rg_cpu_gemm_args *a, int threads) {
   rg_cpu_for(tasks, nt, tasks_range, &g);
   if (heap) free(g.work);
   if (g.sums) {
-    for (int64_t i = 0; i < M; i++) a->rowsum[i] += (float)g.sums[i];
+    for (int64_t i = 0; i < M; i++) g.a.rowsum[i] += (float)g.sums[i];
     free(g.sums);
   }
   return true;

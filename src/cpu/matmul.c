@@ -102,12 +102,7 @@ bool rg_cpu_gemm(const rg_cpu_gemm_args *g, int threads) {
 #ifdef RG_HAVE_CBLAS
   if (g->M > 0 && g->N > 0 && g->K > 0 && use_blas()) { /* BLAS rejects a zero leading dimension */
     rg_cpu_gemm_args b = *g;
-    if (b.bias) { /* C (+)= bias, then the product onto it */
-      for (int64_t i = 0; i < b.M; i++)
-        for (int64_t j = 0; j < b.N; j++)
-          b.C[i * b.ldc + j] = (b.accumulate ? b.C[i * b.ldc + j] : 0.f) + b.bias[j];
-      b.accumulate = 1;
-    }
+    if (b.bias) rg_cpu_gemm_bias_first(&b); /* C (+)= bias, then the product onto it */
     blas_gemm(&b, threads);
     if (b.rowsum) rg_cpu_gemm_rowsum(&b);
     return true;
